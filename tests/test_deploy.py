@@ -436,7 +436,7 @@ def test_termination_grace_outlasts_gunicorn_graceful_timeout(builds):
     graceful = GUNICORN_GRACEFUL_TIMEOUT
     conf = ROOT / "kssched" / "gunicorn_conf.py"
     if conf.exists():
-        match = re.search(r"^graceful_timeout\s*=\s*(\d+)", conf.read_text(), re.M)
+        match = re.search(r"^graceful_timeout\s*=\D*(\d+)", conf.read_text(), re.M)
         if match:
             graceful = int(match.group(1))
     for name in BUILDS:
