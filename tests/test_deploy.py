@@ -363,6 +363,13 @@ def test_legacy_policy_uses_legacy_field_names_and_nanoseconds(builds):
     assert f"--scheduler-name={SCHEDULER_NAME}" in command
     assert f"--lock-object-name={SCHEDULER_LEASE}" in command
     assert not any(arg.startswith("--config") for arg in command)
+    # The index-based JSON patches in legacy/policy must have hit the right containers.
+    assert [c["name"] for c in pod_spec(docs)["containers"]] == [
+        "kube-scheduler",
+        "extender",
+        "watcher",
+    ]
+    assert scheduler["livenessProbe"]["httpGet"]["port"] == 10251
     minor = int(scheduler["image"].rsplit(":v1.", 1)[1].split(".")[0])
     assert 13 <= minor <= 22
 
@@ -384,7 +391,15 @@ def test_every_container_is_hardened_and_bounded(builds, name):
     pod_security = spec["securityContext"]
     assert pod_security["runAsNonRoot"] is True
     assert pod_security["runAsUser"] != 0
-    assert pod_security["seccompProfile"]["type"] == "RuntimeDefault"
+    if name == "legacy-policy":
+        # Kubernetes 1.13 - 1.18 know only the annotation form.
+        annotations = deployment(builds[name])["spec"]["template"]["metadata"]
+        key = "seccomp.security.alpha.kubernetes.io/pod"
+        assert annotations["annotations"][key] == "runtime/default"
+        assert "seccompProfile" not in pod_security
+        assert not any("startupProbe" in c for c in spec["containers"])
+    else:
+        assert pod_security["seccompProfile"]["type"] == "RuntimeDefault"
     assert spec["serviceAccountName"] == "ks-scheduler"
     for container in all_containers(builds[name]):
         security = container["securityContext"]
