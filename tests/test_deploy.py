@@ -305,6 +305,13 @@ def test_v1beta3_scheduler_config_uses_exact_field_names():
     assert "1.23" in text.splitlines()[1] and "1.24" in text.splitlines()[1]
 
 
+def test_v1beta3_and_v1_configs_agree_apart_from_api_version():
+    v1 = yaml.safe_load(BASE_CONFIG.read_text())
+    v1beta3 = yaml.safe_load(V1BETA3_CONFIG.read_text())
+    assert v1.pop("apiVersion") != v1beta3.pop("apiVersion")
+    assert v1 == v1beta3
+
+
 def test_scheduler_config_check_rejects_wrong_casing():
     config = yaml.safe_load(BASE_CONFIG.read_text())
     extender = config["extenders"][0]
