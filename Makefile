@@ -1,0 +1,93 @@
+# ks-scheduler: `make run` serves the extender and admin, `make test` runs every check.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+PYTHON3 ?= python3
+RUN_DATA_PATH ?= $(CURDIR)/var/scheduler.db
+SECRET_FILE := var/secret_key
+
+.PHONY: help run migrate test lint format checks pytest pytest-postgres bench clean
+.PHONY: docker-build docker-push deploy-yaml
+
+help:
+	@echo "make run    - install, migrate and serve on 0.0.0.0:8080 (SQLite under ./var/)"
+	@echo "make test   - install dev tools, lint, run the whole suite"
+	@echo "make bench  - benchmark the extender against a floor"
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON3) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.installed requirements-dev.txt
+	$(PIP) install --quiet -r requirements-dev.txt
+	touch $@
+
+# A local secret for `make run`, made once and kept under ./var/ (never committed).
+$(SECRET_FILE):
+	mkdir -p var
+	$(PYTHON3) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
+	chmod 600 $@
+
+run: $(VENV)/.installed $(SECRET_FILE)
+	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py migrate --noinput
+	SECRET_KEY="$$(cat $(SECRET_FILE))" $(PY) manage.py collectstatic --noinput --verbosity 0
+	@echo
+	@echo "ks-scheduler on http://localhost:8080 (history in $(RUN_DATA_PATH))."
+	@echo "Create an admin user for http://localhost:8080/admin/ with:"
+	@echo "  SECRET_KEY=\$$(cat $(SECRET_FILE)) DATA_PATH=$(RUN_DATA_PATH) $(PY) manage.py createsuperuser"
+	@echo
+	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" exec $(VENV)/bin/gunicorn -c kssched/gunicorn_conf.py kssched.wsgi
+
+lint: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+# Django's own gates: system checks and no model change without a migration.
+checks: $(VENV)/.dev-installed
+	SECRET_KEY=checks DATA_PATH="$$(mktemp -d)/checks.db" $(PY) manage.py check
+	SECRET_KEY=checks DATA_PATH="$$(mktemp -d)/checks.db" $(PY) manage.py makemigrations --check --dry-run
+
+pytest: $(VENV)/.dev-installed
+	$(PY) -m pytest -m "not postgres"
+
+# The same suite against PostgreSQL: TEST_DATABASE_URL=postgres://user@host:port/db
+pytest-postgres: $(VENV)/.dev-installed
+	@if [ -z "$(TEST_DATABASE_URL)" ]; then \
+	  echo "TEST_DATABASE_URL is not set: cannot run the PostgreSQL suite"; exit 1; fi
+	DATABASE_URL="$(TEST_DATABASE_URL)" $(PY) -m pytest
+
+# Under CI=true the PostgreSQL run is mandatory; locally it runs when
+# TEST_DATABASE_URL is set.
+test: lint checks pytest
+	@if [ -n "$(TEST_DATABASE_URL)" ]; then \
+	  $(MAKE) --no-print-directory pytest-postgres; \
+	elif [ "$(CI)" = "true" ]; then \
+	  echo "CI=true but TEST_DATABASE_URL is not set: the PostgreSQL run may not be skipped"; \
+	  exit 1; \
+	else \
+	  echo "PostgreSQL suite skipped: set TEST_DATABASE_URL to run it"; \
+	fi
+
+# Container image (see Dockerfile): make docker-build docker-push IMG=registry/ks-scheduler:tag
+IMG ?= ks-scheduler:1.0.0
+DOCKER ?= docker
+
+docker-build:
+	$(DOCKER) build -t $(IMG) .
+
+docker-push:
+	$(DOCKER) push $(IMG)
+
+# Regenerate deploy/ks-scheduler.yaml from deploy/overlays/sqlite (tests check they agree).
+deploy-yaml:
+	deploy/render.sh
+
+clean:
+	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache

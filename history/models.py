@@ -1,0 +1,149 @@
+"""What ks-scheduler remembers about pipeline pods.
+
+KeyNode holds the counts the extender scores with. Placement is the ledger that makes
+counting exactly-once: a count only moves when a new pod UID enters the ledger, in the
+same transaction. CountAdjustment records every change that did not come from a
+placement (admin edits, resets, pruning), so `audit_counts` can tell drift from intent.
+"""
+
+from django.db import models
+
+
+class KeyNode(models.Model):
+    """How often pods whose pipeline label contains `key` were placed on `node`.
+
+    One row per (key, node). Written by the watcher through `history.services`; platform
+    engineers may edit `count` in the admin (recorded as a CountAdjustment).
+    """
+
+    key = models.CharField(max_length=253)
+    node = models.CharField(max_length=253)
+    count = models.PositiveBigIntegerField(default=0)
+    last_placed_at = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "key on node"
+        verbose_name_plural = "keys on nodes"
+        ordering = ["key", "node"]
+        constraints = [
+            # The unique index on (key, node) is also the index that serves "all rows of
+            # these keys": key is its leading column.
+            models.UniqueConstraint(
+                fields=["key", "node"], name="keynode_key_node_uniq"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(count__gte=0), name="keynode_count_gte_0"
+            ),
+        ]
+        indexes = [models.Index(fields=["node"], name="keynode_node_idx")]
+
+    def __str__(self):
+        return f"{self.key} on {self.node}: {self.count}"
+
+
+class Placement(models.Model):
+    """One pipeline pod placed on a node: the ledger that makes counting exactly-once.
+
+    Written by the watcher in the same transaction as the KeyNode increments; a row
+    is inserted once per pod UID, and the label value is frozen at that moment.
+    `finished_at` is set when the pod succeeds, fails or is deleted, so the active
+    pods per node are known.
+    """
+
+    class Warmth(models.TextChoices):
+        EXACT = "exact", "exact (most specific segment warm)"
+        PARTIAL = "partial", "partial (a more general segment warm)"
+        COLD = "cold", "cold"
+
+    pod_uid = models.CharField(max_length=64, unique=True)
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    label = models.CharField(max_length=253, help_text="The pipeline label value.")
+    node = models.CharField(max_length=253)
+    bound_at = models.DateTimeField(db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    resource_version = models.CharField(max_length=64, blank=True)
+    warmth = models.CharField(max_length=8, choices=Warmth.choices, blank=True)
+
+    class Meta:
+        ordering = ["-bound_at"]
+        indexes = [
+            models.Index(
+                fields=["label", "finished_at"], name="placement_label_active"
+            ),
+            models.Index(fields=["node", "finished_at"], name="placement_node_active"),
+        ]
+
+    def __str__(self):
+        return f"{self.namespace}/{self.name} on {self.node}"
+
+
+class CountAdjustment(models.Model):
+    """A change to a KeyNode count that did not come from a placement.
+
+    Written by the admin (edits, bulk actions) and by `prune_placements`. `audit_counts`
+    expects count == ledger rows + sum of adjustments for every (key, node).
+    """
+
+    class Reason(models.TextChoices):
+        ADMIN_EDIT = "admin_edit", "edited in the admin"
+        RESET = "reset", "reset to zero"
+        HALVED = "halved", "halved"
+        DELETED = "deleted", "row deleted"
+        PRUNED = "pruned", "ledger rows pruned"
+        NODE_REPLACED = "node_replaced", "node replaced"
+
+    key = models.CharField(max_length=253)
+    node = models.CharField(max_length=253)
+    delta = models.BigIntegerField()
+    reason = models.CharField(max_length=16, choices=Reason.choices)
+    actor = models.CharField(max_length=150, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["key", "node"], name="adjustment_key_node")]
+
+    def __str__(self):
+        return f"{self.key} on {self.node}: {self.delta:+d} ({self.reason})"
+
+
+class WatchState(models.Model):
+    """Progress and health of one watch stream (`pods` or `nodes`).
+
+    Written by the watcher in the same transaction as the counts, so a restart resumes
+    from `resource_version` without losing or repeating anything. Read by the admin
+    overview and the metrics.
+    """
+
+    name = models.CharField(max_length=32, primary_key=True)
+    resource_version = models.CharField(max_length=64, blank=True)
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    relists = models.PositiveBigIntegerField(default=0)
+    events = models.PositiveBigIntegerField(default=0)
+    holder = models.CharField(max_length=253, blank=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self):
+        return f"{self.name} at {self.resource_version or '-'}"
+
+
+class NodeRecord(models.Model):
+    """The identity of a node name: its current UID and since when history counts.
+
+    Written by the watcher from Node objects. A new UID under the same name means the
+    node was replaced: `history_since` moves forward and older history no longer scores.
+    """
+
+    name = models.CharField(max_length=253, unique=True)
+    uid = models.CharField(max_length=64)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    history_since = models.DateTimeField(null=True, blank=True)
+    replacements = models.PositiveIntegerField(default=0)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self):
+        return f"{self.name} ({self.uid})"

@@ -1,0 +1,221 @@
+"""Settings for ks-scheduler, read from the environment with django-environ.
+
+Every variable is listed in the README's settings table. Real environment variables
+always win; a `.env` file is read only when KSSCHED_READ_DOT_ENV=1.
+"""
+
+from pathlib import Path
+
+import environ
+
+from kssched import __version__
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+if env.bool("KSSCHED_READ_DOT_ENV", default=False):
+    environ.Env.read_env(BASE_DIR / ".env")
+
+# --- Core -----------------------------------------------------------------------------
+
+DEBUG = env.bool("DEBUG", default=False)
+# No production default: a missing SECRET_KEY fails at start-up unless DEBUG is on.
+SECRET_KEY = env.str("SECRET_KEY", default="insecure-dev-only-key" if DEBUG else None)
+if not SECRET_KEY:
+    raise environ.ImproperlyConfigured("Set the SECRET_KEY environment variable.")
+
+# kube-scheduler in the same pod calls the extender as localhost or 127.0.0.1.
+ALLOWED_HOSTS = [
+    *env.list("ALLOWED_HOSTS", default=[]),
+    "localhost",
+    "127.0.0.1",
+    "[::1]",
+]
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+KSSCHED_VERSION = env.str("VERSION", default=__version__)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "history",
+    "extender",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "kssched.urls"
+WSGI_APPLICATION = "kssched.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+# SQLite file at DATA_PATH unless DATABASE_URL is set. The web workers and the watcher
+# share the file: WAL lets readers go on while the watcher writes, and IMMEDIATE
+# transactions wait for the write lock (up to the busy timeout) instead of failing at
+# once with "database is locked".
+
+DATA_PATH = Path(env.str("DATA_PATH", default="/data/scheduler.db"))
+SQLITE_TIMEOUT = env.float("KSSCHED_SQLITE_TIMEOUT", default=5.0)
+
+if env.str("DATABASE_URL", default=""):
+    DATABASES = {"default": env.db_url("DATABASE_URL")}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(DATA_PATH),
+        }
+    }
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATA_PATH = Path(DATABASES["default"]["NAME"])
+    DATA_PATH.parent.mkdir(parents=True, exist_ok=True)
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": SQLITE_TIMEOUT,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["TEST"] = {
+        "NAME": env.str(
+            "KSSCHED_TEST_DATABASE", default=str(DATA_PATH.parent / "test.db")
+        )
+    }
+else:
+    # Reuse connections between requests; the watcher closes stale ones itself.
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Static files (served by whitenoise, so plain gunicorn serves the admin) ---------
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(
+    env.str("KSSCHED_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+)
+# Without collected files (a fresh checkout) whitenoise serves from the apps directly.
+WHITENOISE_USE_FINDERS = not STATIC_ROOT.is_dir()
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"
+        if STATIC_ROOT.is_dir()
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+
+# --- Security -------------------------------------------------------------------------
+# Secure cookies and HSTS apply when the admin is served over HTTPS (set
+# KSSCHED_HTTPS=1 behind TLS). The extender is called over plain HTTP on loopback.
+
+KSSCHED_HTTPS = env.bool("KSSCHED_HTTPS", default=False)
+SESSION_COOKIE_SECURE = KSSCHED_HTTPS
+CSRF_COOKIE_SECURE = KSSCHED_HTTPS
+SECURE_HSTS_SECONDS = (
+    env.int("SECURE_HSTS_SECONDS", default=31536000) if KSSCHED_HTTPS else 0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = KSSCHED_HTTPS
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=KSSCHED_HTTPS)
+# kube-scheduler and the kubelet probes speak plain HTTP: never redirect them.
+SECURE_REDIRECT_EXEMPT = [r"^scheduler/", r"^version$", r"^healthz$", r"^readyz$"]
+if env.bool("KSSCHED_BEHIND_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+# HSTS preloading commits a whole domain to HTTPS for months; that is the domain
+# owner's decision (SECURE_HSTS_PRELOAD=1), so its reminder is silenced by default.
+SILENCED_SYSTEM_CHECKS = env.list("KSSCHED_SILENCED_CHECKS", default=["security.W021"])
+
+_VALIDATORS = "django.contrib.auth.password_validation"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": f"{_VALIDATORS}.UserAttributeSimilarityValidator"},
+    {"NAME": f"{_VALIDATORS}.MinimumLengthValidator"},
+    {"NAME": f"{_VALIDATORS}.CommonPasswordValidator"},
+    {"NAME": f"{_VALIDATORS}.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# --- Django REST framework ------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_RENDERER_CLASSES": ["extender.renderers.ORJSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["extender.parsers.ORJSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "extender.views.extender_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+# --- ks-scheduler ---------------------------------------------------------------------
+
+KSSCHED_PIPELINE_LABEL = env.str("KSSCHED_PIPELINE_LABEL", default="ks-pipeline")
+KSSCHED_SCHEDULER_NAME = env.str("KSSCHED_SCHEDULER_NAME", default="ks-scheduler")
+KSSCHED_SCORING = env.str("KSSCHED_SCORING", default="seed")
+# Full Node lists are large (5000 nodes are about 70 MB); only the extender routes
+# accept bodies this big. The rest of the site keeps Django's default limit.
+KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=128 * 1024 * 1024)
+
+# --- Logging --------------------------------------------------------------------------
+# The old tool's `--v=N` verbosity maps onto LOG_LEVEL: v0-1 INFO, v2-3 DEBUG.
+
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stdout",
+            "formatter": "text",
+        },
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django.request": {
+            "handlers": ["console"],
+            "level": "ERROR",
+            "propagate": False,
+        },
+    },
+}
