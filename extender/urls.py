@@ -1,0 +1,19 @@
+from django.urls import path
+
+from extender import views
+
+# No trailing slashes: kube-scheduler joins urlPrefix and verb with a single "/", and
+# a redirect would turn its POST into a GET.
+urlpatterns = [
+    path(
+        "scheduler/predicates/alwaystrue",
+        views.AlwaysTruePredicateView.as_view(),
+        name="predicates-alwaystrue",
+    ),
+    path(
+        "scheduler/priorities/pipeline",
+        views.PipelinePriorityView.as_view(),
+        name="priorities-pipeline",
+    ),
+    path("version", views.VersionView.as_view(), name="version"),
+]

@@ -1,0 +1,119 @@
+"""The extender endpoints kube-scheduler calls, and the version endpoint.
+
+Each view parses with `serializers`, calls a strategy and renders; nothing here writes
+to the database. The extender views carry no authentication: only kube-scheduler in
+the same pod reaches them (see the deploy notes).
+"""
+
+import logging
+import time
+
+from django.conf import settings
+from rest_framework import exceptions
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView, exception_handler
+
+from extender.parsers import ORJSONParser
+from extender.renderers import ORJSONRenderer, PlainTextRenderer
+from extender.serializers import (
+    extender_filter_result,
+    host_priority_list,
+    parse_extender_args,
+)
+from extender.strategies import get_strategy
+from kssched import __version__
+
+logger = logging.getLogger(__name__)
+
+
+class ExtenderView(APIView):
+    """Base for the scheduler-facing POST endpoints: no auth, large bodies, orjson."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+    parser_classes = [ORJSONParser]
+    renderer_classes = [ORJSONRenderer]
+    http_method_names = ["post", "options"]
+    is_extender = True
+
+    @property
+    def max_body_bytes(self):
+        return settings.KSSCHED_MAX_BODY_BYTES
+
+
+class AlwaysTruePredicateView(ExtenderView):
+    """Filter verb `predicates/alwaystrue`: every candidate node passes."""
+
+    def post(self, request):
+        args = parse_extender_args(request.data)
+        result = extender_filter_result(args)
+        logger.debug("Filter for pod %s passed all nodes", args.pod_ref())
+        return Response(result)
+
+
+class PipelinePriorityView(ExtenderView):
+    """Prioritize verb `priorities/pipeline`: one score 0..10 per candidate node."""
+
+    def post(self, request):
+        started = time.perf_counter()
+        args = parse_extender_args(request.data)
+        nodes = list(dict.fromkeys(args.candidate_names()))
+        label = args.pod_label(settings.KSSCHED_PIPELINE_LABEL)
+        scores = get_strategy().score(label=label, nodes=nodes)
+        logger.debug(
+            "Scored %d nodes for pod %s (label %r) in %.1f ms",
+            len(nodes),
+            args.pod_ref(),
+            label,
+            (time.perf_counter() - started) * 1000,
+        )
+        return Response(host_priority_list(nodes, scores))
+
+
+class VersionView(APIView):
+    """`GET /version`: plain text like the old tool, JSON when asked for."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+    renderer_classes = [PlainTextRenderer, ORJSONRenderer]
+
+    def get(self, request):
+        version = settings.KSSCHED_VERSION or __version__
+        if request.accepted_renderer.format == "txt":
+            return Response(version)
+        return Response({"version": version})
+
+
+def extender_exception_handler(exc, context):
+    """DRF's handler everywhere; on extender routes, errors as `{"Error": "..."}`.
+
+    A malformed request is logged at WARNING with what is wrong and answered with a
+    4xx; bugs are not handled here and become a logged 500.
+    """
+    response = exception_handler(exc, context)
+    view = context.get("view")
+    if response is None or not getattr(view, "is_extender", False):
+        return response
+    message = _error_message(exc)
+    request = context.get("request")
+    logger.warning(
+        "Rejected %s %s with %d: %s",
+        request.method if request else "?",
+        request.path if request else "?",
+        response.status_code,
+        message,
+    )
+    response.data = {"Error": message}
+    return response
+
+
+def _error_message(exc) -> str:
+    if isinstance(exc, exceptions.ValidationError):
+        message = getattr(exc, "message", None)
+        if message:
+            return message
+    detail = getattr(exc, "detail", exc)
+    if isinstance(detail, list) and detail:
+        detail = detail[0]
+    return str(detail)
