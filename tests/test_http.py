@@ -1,0 +1,93 @@
+"""End to end over HTTP: the real gunicorn with the shipped config."""
+
+import http.client
+import json
+from urllib.parse import urlparse
+
+import orjson
+import pytest
+
+from history.services import increment_key_nodes
+from tests.conftest import load_fixture
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def request(base_url, method, path, body=None, headers=None):
+    url = urlparse(base_url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def test_gunicorn_answers_prioritize_and_filter(gunicorn_server):
+    increment_key_nodes(keys=["pipeline1"], node="worker-1")
+    headers = {"Content-Type": "application/json", "Host": "localhost:8080"}
+    status, response_headers, body = request(
+        gunicorn_server,
+        "POST",
+        "/scheduler/priorities/pipeline",
+        load_fixture("prioritize-nodenames.json"),
+        headers,
+    )
+    assert status == 200, body
+    assert orjson.loads(body) == [
+        {"Host": "worker-2", "Score": 1},
+        {"Host": "worker-1", "Score": 10},
+    ]
+    # Sync workers close the connection: kube-scheduler never reuses a stale one.
+    assert response_headers.get("Connection", "").lower() == "close"
+
+    status, _, body = request(
+        gunicorn_server,
+        "POST",
+        "/scheduler/predicates/alwaystrue",
+        load_fixture("filter-nodes.json"),
+        headers,
+    )
+    assert status == 200
+    expected = json.loads(load_fixture("filter-nodes.json"))["Nodes"]
+    assert orjson.loads(body)["Nodes"] == expected
+
+
+def test_gunicorn_bad_input_is_a_json_400_not_a_traceback(gunicorn_server):
+    status, headers, body = request(
+        gunicorn_server,
+        "POST",
+        "/scheduler/priorities/pipeline",
+        b'{"Pod": 3}',
+        {"Content-Type": "application/json"},
+    )
+    assert status == 400
+    assert orjson.loads(body) == {"Error": "Pod must be an object, not int"}
+    assert b"Traceback" not in body
+
+
+def test_gunicorn_version_and_admin_login_page(gunicorn_server):
+    status, _, body = request(gunicorn_server, "GET", "/version")
+    assert status == 200
+    from kssched import __version__
+
+    assert body.decode().strip() == __version__
+
+    status, headers, _ = request(gunicorn_server, "GET", "/admin/")
+    assert status == 302
+    assert headers["Location"].startswith("/admin/login/")
+
+    # The admin's static files are served by the app itself.
+    status, headers, body = request(
+        gunicorn_server, "GET", "/static/admin/css/base.css"
+    )
+    assert status == 200
+    assert b"body" in body
+
+
+def test_gunicorn_rejects_unknown_host(gunicorn_server):
+    status, _, _ = request(
+        gunicorn_server, "GET", "/version", headers={"Host": "evil.example.com"}
+    )
+    assert status == 400

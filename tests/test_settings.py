@@ -1,0 +1,61 @@
+"""Settings: secure by default, strict about secrets."""
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def run_manage(args, env):
+    base = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_missing_secret_key_fails_at_startup(tmp_path):
+    result = run_manage(["check"], {"DATA_PATH": str(tmp_path / "db.sqlite3")})
+    assert result.returncode != 0
+    assert "SECRET_KEY" in result.stderr
+
+
+def test_check_deploy_is_clean_with_production_settings(tmp_path):
+    env = {
+        "SECRET_KEY": "k" * 20 + "-production-like-secret-value-9f8e7d6c5b4a",
+        "DATA_PATH": str(tmp_path / "db.sqlite3"),
+        "KSSCHED_HTTPS": "1",
+    }
+    result = run_manage(["check", "--deploy", "--fail-level", "WARNING"], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_debug_is_off_by_default():
+    from django.conf import settings
+
+    assert settings.DEBUG is False
+
+
+def test_sqlite_runs_in_wal_with_immediate_transactions(db):
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        assert cursor.fetchone()[0] == "wal"
+    assert connection.settings_dict["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+
+
+def test_data_path_folder_is_created(tmp_path):
+    target = tmp_path / "nested" / "dir" / "scheduler.db"
+    result = run_manage(
+        ["migrate", "--noinput"], {"SECRET_KEY": "x" * 50, "DATA_PATH": str(target)}
+    )
+    assert result.returncode == 0, result.stderr
+    assert target.exists()
