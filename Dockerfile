@@ -1,6 +1,6 @@
 # ks-scheduler image: the extender and admin (gunicorn), the watcher
 # (python manage.py watch_pods) and migrations (python manage.py migrate) all run from it.
-#   make docker-build IMG=registry.example.com/ks-scheduler:0.1.0
+#   make docker-build IMG=registry.example.com/ks-scheduler:1.0.0
 # The base is pinned to an exact patch release; pin its digest too for reproducible
 # builds: --build-arg PYTHON_IMAGE=python:3.11.11-slim-bookworm@sha256:<digest>
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
