@@ -129,8 +129,12 @@ def test_list_then_watch_streams_live_changes_and_bookmarks(server, core):
     assert types == [("ADDED", "b"), ("MODIFIED", "b")]
     assert seen[1]["object"].spec.node_name == "node-1"
     assert isinstance(seen[0]["object"], client.V1Pod)
-    assert seen[-1]["type"] == "BOOKMARK"
-    assert w.resource_version == server.resource_version
+    last = seen[-1]
+    assert last["type"] == "BOOKMARK"
+    assert isinstance(last["object"], dict)
+    modified_rv = int(seen[1]["object"].metadata.resource_version)
+    assert int(last["object"]["metadata"]["resourceVersion"]) >= modified_rv
+    assert w.resource_version == last["object"]["metadata"]["resourceVersion"]
     query = server.watch_requests()[0].query
     assert query["watch"] == "true"
     assert query["resourceVersion"] == rv
@@ -492,3 +496,11 @@ def test_watch_without_rv_starts_with_synthetic_added(server, core):
         assert (ev["type"], _name(ev)) == ("ADDED", "a")
         w.stop()
     assert "resourceVersion" not in server.requests[0].query
+
+
+def test_stopping_the_server_resets_a_live_watch(server, core):
+    threading.Timer(0.3, server.stop).start()
+    started = time.monotonic()
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        stream(core, resource_version=server.resource_version, timeout_seconds=5)
+    assert time.monotonic() - started < 2
