@@ -53,3 +53,26 @@ def test_seed_scores_are_ints_in_range():
     matches = {f"n{i}": (i % 4, i * 7) for i in range(50)}
     scores = seed_scores(segments=4, matches=matches, nodes=list(matches) + ["x"])
     assert all(type(score) is int and 0 <= score <= 10 for score in scores)
+
+
+@pytest.mark.django_db
+def test_seed_explain_agrees_with_score():
+    from extender.strategies import get_strategy
+    from history.models import KeyNode
+
+    KeyNode.objects.create(key="a", node="n1", count=25)
+    KeyNode.objects.create(key="b", node="n2", count=1)
+    strategy = get_strategy("seed")
+    nodes = ["n1", "n2", "n3"]
+    explanation = strategy.explain(label="a-b", nodes=nodes)
+    assert [row["score"] for row in explanation] == strategy.score(
+        label="a-b", nodes=nodes
+    )
+    assert explanation[0] == {
+        "node": "n1",
+        "matched_segment": "a",
+        "segment_index": 0,
+        "raw_count": 25,
+        "score": 7,
+    }
+    assert explanation[2]["matched_segment"] is None
