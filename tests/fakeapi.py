@@ -1128,15 +1128,17 @@ class _Handler(BaseHTTPRequestHandler):
         sent = 0
 
         def send(ev: dict[str, Any]) -> bool:
+            """Write one event; True once the injected event limit is reached."""
             nonlocal sent
-            if limit is not None and sent >= limit.max_events:
-                return False
             self._chunk(encode_event(ev))
             sent += 1
-            return True
+            return limit is not None and sent >= limit.max_events
 
+        if limit is not None and limit.max_events <= 0:
+            self._end_stream(end, None, bookmark(pos, kind, api_version))
+            return
         for ev in initial:
-            if not send(ev):
+            if send(ev):
                 self._end_stream(end, None, bookmark(pos, kind, api_version))
                 return
         now = time.monotonic()
@@ -1150,6 +1152,9 @@ class _Handler(BaseHTTPRequestHandler):
                     gone = False
                     start = bisect.bisect_right(store.history, pos, key=_event_rv)
                     batch = store.history[start:]
+                # Read with the batch: a bookmark must never skip an event that
+                # is committed while this thread waits below.
+                current = fake._rv
                 if not batch and not gone and not fake._stopping:
                     wake = (
                         deadline
@@ -1161,7 +1166,6 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     continue_waiting = False
                 stopping = fake._stopping
-                current = fake._rv
             if stopping:
                 self._abort()
             if gone:
@@ -1171,10 +1175,10 @@ class _Handler(BaseHTTPRequestHandler):
             if not continue_waiting:
                 for e in batch:
                     ev = _filtered_event(e, selector)
-                    if ev is not None and not send(ev):
+                    pos = e.rv
+                    if ev is not None and send(ev):
                         self._end_stream(end, None, bookmark(pos, kind, api_version))
                         return
-                    pos = e.rv
             now = time.monotonic()
             if next_bookmark is not None and now >= next_bookmark:
                 self._chunk(

@@ -229,8 +229,13 @@ def test_injected_fault_then_cluster_again(server, core):
     server.inject(ClusterWatch(max_events=1, end="abort"))
     server.inject(StatusAction(500), verb="watch")
 
+    seen = []
     with pytest.raises(urllib3.exceptions.ProtocolError):
-        stream(core, resource_version="1", timeout_seconds=5)
+        for ev in watch.Watch().stream(
+            core.list_pod_for_all_namespaces, resource_version="1", timeout_seconds=5
+        ):
+            seen.append(_name(ev))
+    assert seen == ["a"]
     with pytest.raises(kexc.ServiceException):
         stream(core, resource_version="1", timeout_seconds=5)
     w = watch.Watch()
