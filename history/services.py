@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import orjson
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
-from history.models import CountAdjustment, KeyNode, Placement
+from history.models import (
+    CountAdjustment,
+    KeyNode,
+    NodeRecord,
+    Placement,
+    WatchState,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -226,4 +233,166 @@ def delete_key_nodes(*, key_nodes: Iterable[KeyNode], actor: str) -> int:
                     actor=actor,
                 )
             deleted += 1
+    return deleted
+
+
+# --- Watcher checkpoint, node identity, audit and pruning ---------------------------
+
+
+def save_watch_state(
+    *,
+    name: str,
+    resource_version: str | None = None,
+    events: int = 0,
+    relisted: bool = False,
+    holder: str | None = None,
+    now: datetime | None = None,
+) -> None:
+    """Record progress of watch stream `name` ('pods' or 'nodes').
+
+    Call inside the transaction that holds the effects of the events, so the resume
+    resourceVersion never runs ahead of what is committed. `events` adds to the
+    event total (and sets last_event_at), `relisted` adds one relist; heartbeat_at is
+    always set.
+    """
+    now = now or timezone.now()
+    WatchState.objects.get_or_create(name=name)
+    changes: dict = {"heartbeat_at": now, "updated": now}
+    if resource_version:
+        changes["resource_version"] = resource_version
+    if events:
+        changes["events"] = F("events") + events
+        changes["last_event_at"] = now
+    if relisted:
+        changes["relists"] = F("relists") + 1
+    if holder is not None:
+        changes["holder"] = holder
+    WatchState.objects.filter(name=name).update(**changes)
+
+
+def checkpoint(*, name: str) -> str:
+    """The resourceVersion stream `name` resumes from ("" when there is none)."""
+    value = (
+        WatchState.objects.filter(name=name)
+        .values_list("resource_version", flat=True)
+        .first()
+    )
+    return value or ""
+
+
+def record_node_seen(*, name: str, uid: str, now: datetime | None = None) -> str:
+    """Remember which UID node `name` has; a new UID means the node was replaced.
+
+    Returns "new" (first time), "same" or "replaced". On a replacement
+    `history_since` moves to now and `replacements` goes up by one, so history
+    from before the replacement can be ignored.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        record, created = NodeRecord.objects.get_or_create(
+            name=name, defaults={"uid": uid}
+        )
+        if created:
+            return "new"
+        if record.uid == uid:
+            return "same"
+        NodeRecord.objects.filter(pk=record.pk, uid=record.uid).update(
+            uid=uid,
+            history_since=now,
+            replacements=F("replacements") + 1,
+            updated=now,
+        )
+    return "replaced"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A KeyNode count that does not match its ledger rows plus adjustments."""
+
+    key: str
+    node: str
+    count: int
+    placements: int
+    adjustments: int
+
+    @property
+    def expected(self) -> int:
+        return self.placements + self.adjustments
+
+    @property
+    def difference(self) -> int:
+        return self.count - self.expected
+
+
+def audit_counts() -> tuple[int, list[Drift]]:
+    """Compare every KeyNode count with ledger rows + recorded adjustments.
+
+    Returns (number of (key, node) pairs checked, drifts). Reads in one
+    transaction, so a placement committed meanwhile cannot show up as drift.
+    """
+    placements: dict[tuple[str, str], int] = {}
+    adjustments: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, str], int] = {}
+    with transaction.atomic():
+        for label, node, rows in (
+            Placement.objects.values_list("label", "node")
+            .annotate(rows=Count("id"))
+            .order_by()
+        ):
+            for key in dict.fromkeys(split_pipeline_label(label)):
+                placements[key, node] = placements.get((key, node), 0) + rows
+        for key, node, total in (
+            CountAdjustment.objects.values_list("key", "node")
+            .annotate(total=Sum("delta"))
+            .order_by()
+        ):
+            adjustments[key, node] = total or 0
+        for key, node, count in KeyNode.objects.values_list("key", "node", "count"):
+            counts[key, node] = count
+    pairs = set(placements) | set(adjustments) | set(counts)
+    drifts = [
+        Drift(
+            key=key,
+            node=node,
+            count=counts.get((key, node), 0),
+            placements=placements.get((key, node), 0),
+            adjustments=adjustments.get((key, node), 0),
+        )
+        for key, node in sorted(pairs)
+    ]
+    return len(pairs), [d for d in drifts if d.difference]
+
+
+def prune_placements(
+    *, before: datetime, include_unfinished: bool = False, actor: str = ""
+) -> int:
+    """Delete ledger rows that ended before `before`; counts do not change.
+
+    Each (key, node) gets a `pruned` adjustment equal to the rows removed, so the
+    audit still balances. Unfinished rows (pods never seen to end) are pruned too
+    when `include_unfinished` and they were bound before `before`. Returns the
+    number of rows deleted.
+    """
+    condition = Q(finished_at__lt=before)
+    if include_unfinished:
+        condition |= Q(finished_at__isnull=True, bound_at__lt=before)
+    with transaction.atomic():
+        rows = Placement.objects.filter(condition)
+        removed: dict[tuple[str, str], int] = {}
+        for label, node, number in (
+            rows.values_list("label", "node").annotate(number=Count("id")).order_by()
+        ):
+            for key in dict.fromkeys(split_pipeline_label(label)):
+                removed[key, node] = removed.get((key, node), 0) + number
+        deleted, _ = rows.delete()
+        CountAdjustment.objects.bulk_create(
+            CountAdjustment(
+                key=key,
+                node=node,
+                delta=number,
+                reason=CountAdjustment.Reason.PRUNED,
+                actor=actor,
+            )
+            for (key, node), number in sorted(removed.items())
+        )
     return deleted

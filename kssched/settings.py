@@ -192,6 +192,28 @@ KSSCHED_SCORING = env.str("KSSCHED_SCORING", default="seed")
 # accept bodies this big. The rest of the site keeps Django's default limit.
 KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=128 * 1024 * 1024)
 
+# --- Watcher (manage.py watch_pods) -------------------------------------------------
+# Timeouts bound every call to the API server; tests shrink them to seconds.
+
+KSSCHED_HEARTBEAT_PATH = env.str(
+    "KSSCHED_HEARTBEAT_PATH", default="/tmp/ks-watcher/heartbeat"
+)
+KSSCHED_WATCHER_METRICS_PORT = env.int("KSSCHED_WATCHER_METRICS_PORT", default=9100)
+KSSCHED_WATCH_CONNECT_TIMEOUT = env.float("KSSCHED_WATCH_CONNECT_TIMEOUT", default=10.0)
+KSSCHED_WATCH_READ_TIMEOUT = env.float("KSSCHED_WATCH_READ_TIMEOUT", default=120.0)
+# The server ends each watch after a random time in [MIN, MAX) seconds.
+KSSCHED_WATCH_SERVER_TIMEOUT_MIN = env.int("KSSCHED_WATCH_TIMEOUT_MIN", default=300)
+KSSCHED_WATCH_SERVER_TIMEOUT_MAX = env.int("KSSCHED_WATCH_TIMEOUT_MAX", default=600)
+KSSCHED_WATCH_BACKOFF_BASE = env.float("KSSCHED_WATCH_BACKOFF_BASE", default=0.8)
+KSSCHED_WATCH_BACKOFF_CAP = env.float("KSSCHED_WATCH_BACKOFF_CAP", default=30.0)
+KSSCHED_WATCH_BACKOFF_RESET = env.float("KSSCHED_WATCH_BACKOFF_RESET", default=120.0)
+KSSCHED_WATCH_LIST_PAGE = env.int("KSSCHED_WATCH_LIST_PAGE", default=500)
+KSSCHED_WATCH_NODES = env.bool("KSSCHED_WATCH_NODES", default=True)
+KSSCHED_LEASE_NAME = env.str("KSSCHED_LEASE_NAME", default="ks-scheduler-watcher")
+KSSCHED_LEASE_DURATION = env.float("KSSCHED_LEASE_DURATION", default=15.0)
+KSSCHED_LEASE_RENEW_DEADLINE = env.float("KSSCHED_LEASE_RENEW_DEADLINE", default=10.0)
+KSSCHED_LEASE_RETRY_PERIOD = env.float("KSSCHED_LEASE_RETRY_PERIOD", default=2.0)
+
 # --- Logging --------------------------------------------------------------------------
 # The old tool's `--v=N` verbosity maps onto LOG_LEVEL: v0-1 INFO, v2-3 DEBUG.
 

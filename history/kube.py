@@ -1,0 +1,290 @@
+"""The one module that talks to the Kubernetes API (the `kubernetes` client).
+
+It loads the configuration (in-cluster, else a kubeconfig file and context), lists
+and watches Pods and Nodes with bounded timeouts, reads and writes the Lease used
+for leader election, and sorts client errors into what the watch loop should do:
+
+- ``GONE``: the resourceVersion expired (410, or "too large"): list again;
+- ``RETRY``: dropped connection, read timeout, 429, 5xx, 401/403: back off, then
+  watch again from the same resourceVersion.
+
+Objects are handed over as plain dicts (the JSON the server sent), so the rest of
+ks-scheduler never sees client model classes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+logger = logging.getLogger(__name__)
+
+GONE = "gone"
+RETRY = "retry"
+
+RESOURCES = ("pods", "nodes")
+
+
+class KubeConfigError(Exception):
+    """No usable cluster configuration (not in a cluster, no kubeconfig)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What went wrong with a call, and what to do about it."""
+
+    action: str  # GONE or RETRY
+    reason: str  # short label for logs and metrics: gone, dropped, timeout, 500 ...
+    detail: str
+
+
+def api_client(
+    *, kubeconfig: str | None = None, context: str | None = None
+) -> client.ApiClient:
+    """An ApiClient for the cluster: in-cluster config, else the kubeconfig file.
+
+    `kubeconfig`/`context` force the file (and context) even inside a cluster.
+    """
+    configuration = client.Configuration()
+    if kubeconfig is None and context is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+            logger.info("Using the in-cluster service account configuration")
+            return _finish(configuration)
+        except ConfigException:
+            pass
+    try:
+        config.load_kube_config(
+            config_file=kubeconfig,
+            context=context,
+            client_configuration=configuration,
+        )
+    except (ConfigException, OSError, TypeError) as exc:
+        raise KubeConfigError(
+            f"no cluster configuration: not in a cluster and the kubeconfig "
+            f"({kubeconfig or 'KUBECONFIG or ~/.kube/config'}) cannot be used: {exc}"
+        ) from exc
+    logger.info("Using kubeconfig for %s", configuration.host)
+    return _finish(configuration)
+
+
+def _finish(configuration: client.Configuration) -> client.ApiClient:
+    # TCP keepalive finds dead peers even between reads (kubernetes >= 37).
+    configuration.keep_alive = True
+    return client.ApiClient(configuration)
+
+
+class KubeApi:
+    """List, watch and lease calls, each bounded by (connect, read) timeouts."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 120.0,
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.coordination = client.CoordinationV1Api(api)
+        self.request_timeout = (connect_timeout, read_timeout)
+
+    # ---- list and watch
+
+    def _list_func(self, resource: str, namespace: str | None):
+        if resource == "nodes":
+            return self.core.list_node, {}
+        if namespace:
+            return self.core.list_namespaced_pod, {"namespace": namespace}
+        return self.core.list_pod_for_all_namespaces, {}
+
+    def list(
+        self,
+        resource: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        page_size: int = 500,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every matching object (following `continue`) and the list's RV.
+
+        A quorum read (no resourceVersion): the result is current, never stale.
+        """
+        func, kwargs = self._list_func(resource, namespace)
+        items: list[dict[str, Any]] = []
+        token = None
+        resource_version = ""
+        while True:
+            extra = {"_continue": token} if token else {}
+            response = func(
+                **kwargs,
+                **extra,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=page_size,
+                _preload_content=False,
+                _request_timeout=self.request_timeout,
+            )
+            try:
+                body = json.loads(response.data)
+            finally:
+                response.release_conn()
+            metadata = body.get("metadata") or {}
+            if not resource_version:
+                resource_version = str(metadata.get("resourceVersion") or "")
+            items.extend(body.get("items") or [])
+            token = metadata.get("continue")
+            if not token:
+                return items, resource_version
+
+    def watch(
+        self,
+        resource: str,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        server_timeout: int = 300,
+    ) -> WatchStream:
+        """A watch from `resource_version` with bookmarks; iterate the stream."""
+        func, kwargs = self._list_func(resource, namespace)
+        return WatchStream(
+            func,
+            dict(
+                kwargs,
+                resource_version=resource_version,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                allow_watch_bookmarks=True,
+                timeout_seconds=server_timeout,
+                _request_timeout=self.request_timeout,
+            ),
+        )
+
+    # ---- leases (coordination.k8s.io/v1)
+
+    def get_lease(self, *, name: str, namespace: str) -> dict[str, Any] | None:
+        """The Lease as a dict, or None when it does not exist."""
+        try:
+            response = self.coordination.read_namespaced_lease(
+                name,
+                namespace,
+                _preload_content=False,
+                _request_timeout=self.request_timeout,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        try:
+            return json.loads(response.data)
+        finally:
+            response.release_conn()
+
+    def create_lease(self, *, namespace: str, body: dict[str, Any]) -> bool:
+        """Create a Lease; False if someone else created it first (409)."""
+        try:
+            self.coordination.create_namespaced_lease(
+                namespace, body, _request_timeout=self.request_timeout
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def replace_lease(self, *, name: str, namespace: str, body: dict) -> bool:
+        """Replace a Lease at the resourceVersion in `body`; False on conflict."""
+        try:
+            self.coordination.replace_namespaced_lease(
+                name, namespace, body, _request_timeout=self.request_timeout
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+
+class WatchStream:
+    """One watch request; iterating yields raw events (dicts, or None if unreadable).
+
+    `stop()` may be called from another thread or a signal handler: it shuts the
+    socket down, so a blocked read returns at once.
+    """
+
+    def __init__(self, func, kwargs: dict[str, Any]) -> None:
+        self._func = func
+        self._kwargs = kwargs
+        # `object` keeps each event's object a plain dict: no model classes, and a
+        # malformed object cannot break deserialization.
+        self._watch = watch.Watch(return_type=object)
+
+    def __iter__(self) -> Iterator[dict[str, Any] | None]:
+        for item in self._watch.stream(self._func, **self._kwargs):
+            if item is None:
+                yield None
+                continue
+            yield {"type": item.get("type"), "object": item.get("raw_object")}
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
+def classify(exc: BaseException) -> Failure | None:
+    """Sort an exception from a list or watch call; None when it is not the API's."""
+    if isinstance(exc, ApiException):
+        status = exc.status or 0
+        text = f"{exc.reason or ''} {exc.body or ''}".strip()
+        if status == 410:
+            return Failure(GONE, "gone", text)
+        if status == 504 and "too large resource version" in text.lower():
+            return Failure(GONE, "too_large_rv", text)
+        return Failure(RETRY, str(status), text)
+    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+        return Failure(RETRY, "read_timeout", str(exc))
+    if isinstance(exc, urllib3.exceptions.MaxRetryError):
+        return Failure(RETRY, "unreachable", str(exc))
+    if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
+        return Failure(RETRY, "dropped", str(exc))
+    if isinstance(exc, OSError):
+        return Failure(RETRY, "dropped", str(exc))
+    return None
+
+
+def error_event_failure(obj: Any) -> Failure:
+    """The failure an ERROR event's Status object stands for."""
+    status = obj if isinstance(obj, dict) else {}
+    code = status.get("code") or 0
+    text = f"{status.get('reason', '')}: {status.get('message', '')}"
+    if code == 410:
+        return Failure(GONE, "gone", text)
+    if "too large resource version" in text.lower():
+        return Failure(GONE, "too_large_rv", text)
+    return Failure(RETRY, str(code or "error_event"), text)
+
+
+def micro_time(moment: datetime) -> str:
+    """A MicroTime as the API server writes it (Lease acquire/renew times)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """Parse an RFC 3339 (Micro)Time; None if missing or unreadable."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None

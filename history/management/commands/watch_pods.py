@@ -1,0 +1,113 @@
+"""`manage.py watch_pods`: record every pipeline placement exactly once.
+
+The process lifecycle only: options, signals, metrics endpoint, leader election and
+exit status. The loop itself (list, watch from the saved resourceVersion, relist on
+410, back off on faults, one transaction per event) is `history.watching`.
+
+Exit status: 0 after SIGTERM/SIGINT, `--once` or `--max-events`; 1 when the cluster
+configuration is unusable or the database schema is missing.
+"""
+
+import os
+import signal
+import socket
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from history import kube, metrics, watching
+
+
+class Command(BaseCommand):
+    help = "Watch pipeline pods and record each placement exactly once."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--count-when",
+            choices=["bound", "running"],
+            default="bound",
+            help="Count a pod when it is bound to a node (default) or first Running.",
+        )
+        parser.add_argument(
+            "--namespace", default=None, help="Watch one namespace (default: all)."
+        )
+        parser.add_argument("--kubeconfig", default=None, help="Kubeconfig file.")
+        parser.add_argument("--context", default=None, help="Kubeconfig context.")
+        parser.add_argument(
+            "--leader-elect",
+            action="store_true",
+            help="Run only while holding the Lease KSSCHED_LEASE_NAME in "
+            "POD_NAMESPACE (replicas stand by).",
+        )
+        parser.add_argument(
+            "--max-events",
+            type=int,
+            default=None,
+            help="Stop after handling this many pod events and list items.",
+        )
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="One pass: list (or resume) and one watch request, then stop.",
+        )
+        parser.add_argument(
+            "--no-nodes",
+            action="store_true",
+            help="Do not watch Node objects (node replacement goes unnoticed).",
+        )
+
+    def handle(self, *args, **options):
+        try:
+            client = kube.api_client(
+                kubeconfig=options["kubeconfig"], context=options["context"]
+            )
+        except kube.KubeConfigError as exc:
+            raise CommandError(str(exc)) from exc
+        api = kube.KubeApi(
+            client,
+            connect_timeout=settings.KSSCHED_WATCH_CONNECT_TIMEOUT,
+            read_timeout=settings.KSSCHED_WATCH_READ_TIMEOUT,
+        )
+        watch_options = watching.Options.from_settings(
+            namespace=options["namespace"],
+            count_when=options["count_when"],
+            max_events=options["max_events"],
+        )
+        elector = None
+        if options["leader_elect"]:
+            namespace = os.environ.get("POD_NAMESPACE")
+            if not namespace:
+                raise CommandError("--leader-elect needs POD_NAMESPACE to be set.")
+            elector = watching.LeaderElector(
+                api,
+                name=settings.KSSCHED_LEASE_NAME,
+                namespace=namespace,
+                identity=os.environ.get("POD_NAME") or socket.gethostname(),
+                duration=settings.KSSCHED_LEASE_DURATION,
+                renew_deadline=settings.KSSCHED_LEASE_RENEW_DEADLINE,
+                retry_period=settings.KSSCHED_LEASE_RETRY_PERIOD,
+            )
+        watcher = watching.Watcher(
+            api,
+            options=watch_options,
+            heartbeat=watching.Heartbeat(settings.KSSCHED_HEARTBEAT_PATH),
+            watch_nodes=settings.KSSCHED_WATCH_NODES and not options["no_nodes"],
+            elector=elector,
+            once=options["once"],
+        )
+        # manage.py may be PID 1 in its container: register the handlers explicitly.
+        signal.signal(signal.SIGTERM, watcher.request_shutdown)
+        signal.signal(signal.SIGINT, watcher.request_shutdown)
+        metrics.serve(settings.KSSCHED_WATCHER_METRICS_PORT)
+        watching.logger.info(
+            "Watching %s pods of scheduler %s with label %s (count when %s)",
+            options["namespace"] or "all",
+            watch_options.scheduler_name,
+            watch_options.pipeline_label,
+            watch_options.count_when,
+        )
+        try:
+            watcher.run()
+        except watching.FatalError as exc:
+            raise CommandError(str(exc)) from exc
+        watching.logger.info("Stopped")
