@@ -49,6 +49,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: refuses non-loopback extender callers before any other work, and
+    # times the extender requests for /metrics.
+    "kssched.middleware.ExtenderMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -147,7 +150,13 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = KSSCHED_HTTPS
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=KSSCHED_HTTPS)
 # kube-scheduler and the kubelet probes speak plain HTTP: never redirect them.
-SECURE_REDIRECT_EXEMPT = [r"^scheduler/", r"^version$", r"^healthz$", r"^readyz$"]
+SECURE_REDIRECT_EXEMPT = [
+    r"^scheduler/",
+    r"^version$",
+    r"^healthz$",
+    r"^readyz$",
+    r"^metrics$",
+]
 if env.bool("KSSCHED_BEHIND_PROXY", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
@@ -156,6 +165,16 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 # HSTS preloading commits a whole domain to HTTPS for months; that is the domain
 # owner's decision (SECURE_HSTS_PRELOAD=1), so its reminder is silenced by default.
 SILENCED_SYSTEM_CHECKS = env.list("KSSCHED_SILENCED_CHECKS", default=["security.W021"])
+
+# TLS served by gunicorn itself (read by kssched/gunicorn_conf.py too). With a CA,
+# gunicorn requires client certificates signed by it, and the extender routes then
+# also answer callers outside the pod (kube-scheduler's enableHTTPS + tlsConfig).
+KSSCHED_TLS_CERT_FILE = env.str("KSSCHED_TLS_CERT_FILE", default="")
+KSSCHED_TLS_KEY_FILE = env.str("KSSCHED_TLS_KEY_FILE", default="")
+KSSCHED_TLS_CA_FILE = env.str("KSSCHED_TLS_CA_FILE", default="")
+# /metrics is open (the NetworkPolicy limits who reaches port 8080); with a token
+# set, scrapes need `Authorization: Bearer <token>`.
+KSSCHED_METRICS_TOKEN = env.str("KSSCHED_METRICS_TOKEN", default="")
 
 _VALIDATORS = "django.contrib.auth.password_validation"
 AUTH_PASSWORD_VALIDATORS = [
@@ -218,17 +237,24 @@ KSSCHED_LEASE_RETRY_PERIOD = env.float("KSSCHED_LEASE_RETRY_PERIOD", default=2.0
 # The old tool's `--v=N` verbosity maps onto LOG_LEVEL: v0-1 INFO, v2-3 DEBUG.
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
+# text: human-readable lines; json: one JSON object per line for log collectors.
+KSSCHED_LOG_FORMAT = env.str("KSSCHED_LOG_FORMAT", default="text").lower()
+if KSSCHED_LOG_FORMAT not in ("text", "json"):
+    raise environ.ImproperlyConfigured(
+        f"KSSCHED_LOG_FORMAT must be 'text' or 'json', not {KSSCHED_LOG_FORMAT!r}."
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "kssched.logformat.JsonFormatter"},
     },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "stream": "ext://sys.stdout",
-            "formatter": "text",
+            "formatter": KSSCHED_LOG_FORMAT,
         },
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},

@@ -100,15 +100,18 @@ def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 20) -> 
 
 
 @contextmanager
-def run_gunicorn(extra_env: dict[str, str] | None = None, workers: int = 2):
+def run_gunicorn(
+    extra_env: dict[str, str] | None = None, workers: int = 2, host: str = "127.0.0.1"
+):
     """Run the real server with the shipped config on a free loopback port.
 
+    `host="0.0.0.0"` binds every address (the URL still names 127.0.0.1).
     Yields (base_url, process); stops it with SIGTERM and waits. Its output goes to
     a log file in the test data directory, shown if it fails to start.
     """
     port = free_port()
     env = {**database_env(), **(extra_env or {})}
-    env["KSSCHED_BIND"] = f"127.0.0.1:{port}"
+    env["KSSCHED_BIND"] = f"{host}:{port}"
     env["WEB_CONCURRENCY"] = str(workers)
     from django.conf import settings
 

@@ -1,0 +1,71 @@
+"""Probe endpoints: `/healthz` (the process answers) and `/readyz` (it can serve).
+
+Both are unauthenticated, plain HTTP and exempt from the HTTPS redirect, so the
+kubelet can call them on the pod IP. Neither writes to the database.
+"""
+
+import logging
+import os
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.db.migrations.executor import MigrationExecutor
+from django.http import HttpResponse, JsonResponse
+from django.views.decorators.http import require_safe
+
+logger = logging.getLogger(__name__)
+
+# Set once this process has seen every migration applied. Migrations are never
+# unapplied under a running server, so later probes only ping the database.
+_schema_is_current = False
+
+
+@require_safe
+def healthz(request):
+    """200 "ok" while the process serves requests; never touches the database."""
+    return HttpResponse("ok", content_type="text/plain")
+
+
+@require_safe
+def readyz(request):
+    """200 when the database answers and every migration is applied, else 503.
+
+    The 503 body is `{"status": "unready", "reason": "..."}`; the reason is also
+    logged at WARNING.
+    """
+    reason = _unready_reason()
+    if reason:
+        logger.warning("Not ready: %s", reason)
+        return JsonResponse({"status": "unready", "reason": reason}, status=503)
+    return JsonResponse({"status": "ready"})
+
+
+def _unready_reason() -> str:
+    """Why the process cannot serve yet, or "" when it can."""
+    global _schema_is_current
+    if connection.vendor == "sqlite":
+        # An open SQLite connection keeps reading a deleted file, and a new one would
+        # silently create an empty database: check that the file is still there.
+        path = settings.DATABASES["default"]["NAME"]
+        if not os.path.exists(path):
+            return f"database file {path} does not exist"
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+        if not _schema_is_current:
+            executor = MigrationExecutor(connection)
+            plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+            if plan:
+                names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in plan[:5])
+                return (
+                    f"{len(plan)} unapplied migration(s) ({names}); "
+                    "run `python manage.py migrate`"
+                )
+            _schema_is_current = True
+    except DatabaseError as exc:
+        # The first line says what failed (refused, missing file, auth) and holds
+        # no credentials.
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return f"database unreachable: {first_line}"
+    return ""

@@ -1,0 +1,278 @@
+"""Prometheus metrics of the web process, served at `/metrics`.
+
+Extender requests are measured by `kssched.middleware.ExtenderMiddleware`, which
+calls `observe_extender_request` once per request. Under gunicorn every worker is
+its own process: with PROMETHEUS_MULTIPROC_DIR set (the shipped manifests set it),
+each worker writes its values to files in that directory and `/metrics` adds them
+up, whichever worker answers the scrape. The gunicorn config empties the directory
+at start. Without it, values live in the process (fine for `runserver` and tests).
+
+The watcher's progress and the placement ledger are read from the database at
+scrape time (`HistoryCollector`), so they are right whichever process serves the
+scrape, and stay visible while the watcher is down.
+"""
+
+import hmac
+import logging
+import os
+from collections import Counter as _Tally
+from operator import itemgetter
+
+from django.conf import settings
+from django.http import HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.http import require_safe
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+logger = logging.getLogger(__name__)
+
+EXTENDER_PREFIX = "/scheduler/"
+
+# From 0.5 ms (a warm prioritize of a few nodes) to 5 s (kube-scheduler's default
+# httpTimeout); anything slower is a timeout on the scheduler's side anyway.
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+NODE_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+REQUEST_SECONDS = Histogram(
+    "kssched_extender_request_seconds",
+    "Time to answer an extender request, by verb (whole request in the web process).",
+    ["verb"],
+    buckets=LATENCY_BUCKETS,
+)
+REQUEST_NODES = Histogram(
+    "kssched_extender_request_nodes",
+    "Candidate nodes per successful extender request, by verb.",
+    ["verb"],
+    buckets=NODE_BUCKETS,
+)
+SCORES = Counter(
+    "kssched_extender_scores",
+    "Scores returned by prioritize, by score (0..10).",
+    ["score"],
+)
+ERRORS = Counter(
+    "kssched_extender_errors",
+    "Extender requests not answered with 200, by verb and reason.",
+    ["verb", "reason"],
+)
+
+_REASONS = {
+    400: "bad_request",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    500: "server_error",
+}
+_score_of = itemgetter("Score")
+
+
+def observe_extender_request(request, response, seconds: float) -> None:
+    """Record one extender request: latency, and node count and scores or error.
+
+    The cost is a few label look-ups plus one C-level tally over the scores, so
+    the prioritize path stays close to its floor.
+    """
+    verb = extender_verb(request)
+    REQUEST_SECONDS.labels(verb).observe(seconds)
+    if response.status_code != 200:
+        ERRORS.labels(verb, _error_reason(request, response.status_code)).inc()
+        return
+    data = getattr(response, "data", None)
+    if isinstance(data, list):
+        # Prioritize: a HostPriorityList.
+        REQUEST_NODES.labels(verb).observe(len(data))
+        if data and isinstance(data[0], dict) and "Score" in data[0]:
+            for score, count in _Tally(map(_score_of, data)).items():
+                SCORES.labels(str(score)).inc(count)
+    elif isinstance(data, dict) and ("NodeNames" in data or "Nodes" in data):
+        # Filter: nodes passed back, as names or as a NodeList.
+        names = data.get("NodeNames")
+        if names is None:
+            nodes = data.get("Nodes")
+            names = nodes.get("items") if isinstance(nodes, dict) else None
+        REQUEST_NODES.labels(verb).observe(len(names or ()))
+
+
+def extender_verb(request) -> str:
+    """The verb (`priorities/pipeline`) of a known extender route, else "unknown".
+
+    Only resolved routes give their path, so random paths cannot create new series.
+    """
+    if getattr(request, "resolver_match", None) is None:
+        from django.urls import Resolver404, resolve
+
+        try:
+            resolve(request.path_info)
+        except Resolver404:
+            return "unknown"
+    return request.path_info[len(EXTENDER_PREFIX) :]
+
+
+def _error_reason(request, status: int) -> str:
+    exception = getattr(request, "kssched_exception", None)
+    if exception is not None:
+        from django.db import DatabaseError
+
+        return "database_error" if isinstance(exception, DatabaseError) else "exception"
+    return _REASONS.get(status, f"http_{status}")
+
+
+class HistoryCollector:
+    """Watcher progress and placement ledger, read from the database per scrape.
+
+    Two small queries: the WatchState rows and one aggregate over Placement. If the
+    database does not answer, only `kssched_database_up 0` is exported.
+    """
+
+    def describe(self):
+        # Nothing at registration: no database access at import time.
+        return []
+
+    def collect(self):
+        from django.db import DatabaseError
+        from django.db.models import Count, Q
+
+        from history.models import Placement, WatchState
+
+        up = GaugeMetricFamily(
+            "kssched_database_up",
+            "1 when the database answered the metrics queries, else 0.",
+        )
+        try:
+            states = list(WatchState.objects.all())
+            ledger = Placement.objects.aggregate(
+                total=Count("pk"),
+                active=Count("pk", filter=Q(finished_at__isnull=True)),
+                **{
+                    warmth: Count("pk", filter=Q(warmth=warmth))
+                    for warmth in _warmth_values()
+                },
+            )
+        except DatabaseError as exc:
+            logger.warning("Metrics: database did not answer: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from self._watch_metrics(states)
+        yield from self._ledger_metrics(ledger)
+
+    def _watch_metrics(self, states):
+        now = timezone.now()
+        events = CounterMetricFamily(
+            "kssched_watch_events",
+            "Watch events the watcher committed, by stream (pods, nodes).",
+            labels=["stream"],
+        )
+        relists = CounterMetricFamily(
+            "kssched_watch_relists",
+            "Full relists by the watcher, by stream.",
+            labels=["stream"],
+        )
+        event_age = GaugeMetricFamily(
+            "kssched_watch_last_event_age_seconds",
+            "Seconds since the watcher committed the stream's last event.",
+            labels=["stream"],
+        )
+        staleness = GaugeMetricFamily(
+            "kssched_counts_staleness_seconds",
+            "Seconds since the watcher last committed an event or heartbeat, by "
+            "stream: how old the counts the extender serves may be.",
+            labels=["stream"],
+        )
+        for state in states:
+            events.add_metric([state.name], state.events)
+            relists.add_metric([state.name], state.relists)
+            if state.last_event_at:
+                age = (now - state.last_event_at).total_seconds()
+                event_age.add_metric([state.name], age)
+            latest = max(
+                (t for t in (state.last_event_at, state.heartbeat_at) if t),
+                default=None,
+            )
+            if latest:
+                staleness.add_metric([state.name], (now - latest).total_seconds())
+        yield from (events, relists, event_age, staleness)
+
+    def _ledger_metrics(self, ledger):
+        recorded = CounterMetricFamily(
+            "kssched_placements",
+            "Placements recorded in the ledger (each pod counted once).",
+        )
+        recorded.add_metric([], ledger["total"])
+        active = GaugeMetricFamily(
+            "kssched_placements_active",
+            "Recorded placements whose pod has not finished yet.",
+        )
+        active.add_metric([], ledger["active"])
+        warmth = CounterMetricFamily(
+            "kssched_placements_warmth",
+            "Recorded placements by warmth of the chosen node: exact (the most "
+            "specific segment had history there), partial (a more general one), cold.",
+            labels=["warmth"],
+        )
+        for value in _warmth_values():
+            warmth.add_metric([value], ledger[value])
+        yield from (recorded, active, warmth)
+
+
+def _warmth_values() -> list[str]:
+    from history.models import Placement
+
+    return Placement.Warmth.values
+
+
+_history_registry = CollectorRegistry(auto_describe=False)
+_history_registry.register(HistoryCollector())
+
+
+def _process_registry():
+    """The registry holding this process's metrics, or all workers' in multiprocess."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+@require_safe
+def metrics_view(request):
+    """Prometheus text format. Open unless KSSCHED_METRICS_TOKEN is set; then it
+    needs `Authorization: Bearer <token>`."""
+    token = settings.KSSCHED_METRICS_TOKEN
+    if token:
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return JsonResponse(
+                {"error": "metrics need 'Authorization: Bearer <token>'"}, status=401
+            )
+    output = generate_latest(_process_registry()) + generate_latest(_history_registry)
+    return HttpResponse(output, content_type=CONTENT_TYPE_LATEST)

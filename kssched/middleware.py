@@ -1,0 +1,95 @@
+"""Guard and measure the extender routes (`/scheduler/...`).
+
+The extender routes carry no authentication: kube-scheduler calls them from the
+same pod over loopback. So a caller from any other address is refused with 403,
+unless gunicorn serves TLS and verifies client certificates (KSSCHED_TLS_CERT_FILE
+and KSSCHED_TLS_CA_FILE): then every connection that reached Django presented a
+certificate signed by that CA. `/healthz`, `/readyz`, `/metrics` and `/admin/`
+are not affected.
+"""
+
+import ipaddress
+import logging
+import time
+
+import orjson
+from django.conf import settings
+from django.http import HttpResponse
+
+from kssched.metrics import EXTENDER_PREFIX, observe_extender_request
+
+logger = logging.getLogger(__name__)
+
+_LOOPBACK = frozenset({"127.0.0.1", "::1"})
+
+
+def is_loopback(address: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and IPv4-mapped loopback (`::ffff:127.0.0.1`)."""
+    if address in _LOOPBACK:
+        return True
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def has_verified_client_certificate(request) -> bool:
+    """True when the request came over gunicorn's TLS with client certificates required.
+
+    gunicorn rejects, during the handshake, every client without a certificate signed
+    by KSSCHED_TLS_CA_FILE, so a request on such a connection is from a verified client.
+    The WSGI scheme is set by gunicorn from the socket, not from a request header.
+    """
+    return bool(
+        settings.KSSCHED_TLS_CERT_FILE
+        and settings.KSSCHED_TLS_CA_FILE
+        and request.META.get("wsgi.url_scheme") == "https"
+    )
+
+
+class ExtenderMiddleware:
+    """Refuse non-loopback extender callers (without mTLS) and record metrics.
+
+    Other paths pass straight through after one string comparison.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if not request.path_info.startswith(EXTENDER_PREFIX):
+            return self.get_response(request)
+        started = time.perf_counter()
+        address = request.META.get("REMOTE_ADDR", "")
+        if is_loopback(address) or has_verified_client_certificate(request):
+            response = self.get_response(request)
+        else:
+            response = self._refuse(request, address)
+        observe_extender_request(request, response, time.perf_counter() - started)
+        return response
+
+    def process_exception(self, request, exception):
+        """Remember a view's exception so the error metric can name its kind."""
+        request.kssched_exception = exception
+
+    @staticmethod
+    def _refuse(request, address: str) -> HttpResponse:
+        message = (
+            f"the extender answers loopback callers only, not {address or 'unknown'}; "
+            "call it from kube-scheduler in the same pod at http://127.0.0.1:8080, or "
+            "configure TLS with client certificates (KSSCHED_TLS_CERT_FILE, "
+            "KSSCHED_TLS_KEY_FILE, KSSCHED_TLS_CA_FILE)"
+        )
+        logger.warning(
+            "Refused %s %s from %s: not loopback and no verified client certificate",
+            request.method,
+            request.path_info,
+            address or "unknown",
+        )
+        return HttpResponse(
+            orjson.dumps({"Error": message}),
+            status=403,
+            content_type="application/json",
+        )
