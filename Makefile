@@ -75,6 +75,12 @@ test: lint checks pytest
 	  echo "PostgreSQL suite skipped: set TEST_DATABASE_URL to run it"; \
 	fi
 
+# Extender latency and throughput beside a bare orjson WSGI floor, both under the
+# shipped gunicorn config; table to stdout, JSON to bench-results/latest.json.
+# DATABASE_URL=postgres://... benchmarks against PostgreSQL instead of SQLite.
+bench: $(VENV)/.dev-installed
+	$(PY) -m tests.bench.run $(BENCH_ARGS)
+
 # Container image (see Dockerfile): make docker-build docker-push IMG=registry/ks-scheduler:tag
 IMG ?= ks-scheduler:1.0.0
 DOCKER ?= docker
