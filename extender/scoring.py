@@ -5,7 +5,8 @@ They know nothing about requests or the database; `extender.strategies` feeds th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 MIN_SCORE = 0
 MAX_SCORE = 10
@@ -44,3 +45,236 @@ def seed_scores(
     }
     node_scores = {node: by_match[match] for node, match in matches.items()}
     return [node_scores.get(node, NO_HISTORY_SCORE) for node in nodes]
+
+
+# --- The `warm` strategy ------------------------------------------------------------
+#
+# Scores for a pod whose label has n segments (general -> specific):
+#
+# * hierarchy: the integers 2..10 are split into n bands, one per segment, the most
+#   specific segment owning the top band. A node is scored from the most specific
+#   segment it still has weight for, so any warm specific segment beats any general
+#   one (bands never overlap; with more than 9 segments neighbouring bands merge).
+#   A node without history scores 1, as in `seed`.
+# * recency: the weight of a row is its placements, each halved once per half-life
+#   (the caller passes weights already carried to "now"). A segment whose weight has
+#   fallen below `min_weight` counts as forgotten: its workspace has most likely
+#   been evicted from the node's cache.
+# * saturation: within a band the position is w / (w + k), so the first runs matter
+#   most and a node with 500 runs is barely ahead of one with 10. Nodes that are all
+#   "warm enough" then tie, and kube-scheduler's own resource scores spread the load.
+# * anti-hotspot: each active pod of the same label on a node takes
+#   `hotspot_penalty` points off, never below the cold score, so a fan-out of N
+#   parallel jobs spreads over the warm nodes before it piles onto one.
+# * policy: a key may be opted out (every node 0, as for an unlabelled pod), weighted
+#   (the bonus above the cold score is multiplied) and have nodes pinned (10) or
+#   banned (0). The most specific segment with a rule decides.
+
+
+@dataclass(frozen=True)
+class WarmRules:
+    """Tunables of the `warm` strategy (defaults chosen with `manage.py simulate`)."""
+
+    saturation: float = 1.0
+    hotspot_penalty: int = 2
+    min_weight: float = 0.1
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The per-key policy that applies to one label, resolved to plain data.
+
+    `enabled`/`weight` come from the most specific segment with a KeyPolicy
+    (`source`, None when no segment has one); `nodes` maps a node to (action, key)
+    for pins and bans.
+    """
+
+    enabled: bool = True
+    weight: float = 1.0
+    source: str | None = None
+    nodes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+
+NO_POLICY = Policy()
+
+
+def resolve_policy(
+    *,
+    keys: Sequence[str],
+    key_policies: Mapping[str, tuple[bool, float]],
+    node_policies: Mapping[str, Mapping[str, str]],
+) -> Policy:
+    """The policy for a label with segments `keys` (general -> specific).
+
+    `key_policies` is {key: (enabled, weight)}, `node_policies` {key: {node: action}}
+    as returned by `history.services.scoring_policies`.
+    """
+    enabled, weight, source = True, 1.0, None
+    nodes: dict[str, tuple[str, str]] = {}
+    # General to specific: a more specific segment overrides.
+    for key in keys:
+        if key in key_policies:
+            (enabled, weight), source = key_policies[key], key
+        for node, action in node_policies.get(key, {}).items():
+            nodes[node] = (action, key)
+    if source is None and not nodes:
+        return NO_POLICY
+    return Policy(enabled=enabled, weight=weight, source=source, nodes=nodes)
+
+
+def warm_band(*, index: int, segments: int) -> tuple[int, int]:
+    """The integer score range (low, high) of segment `index` out of `segments`."""
+    low = 2 + (9 * index) // segments
+    high = 1 + (9 * (index + 1)) // segments
+    return low, max(low, high)
+
+
+def _best_segment(
+    rows: Iterable[tuple[str, int, float]],
+    positions: Mapping[str, int],
+    min_weight: float,
+) -> tuple[int, str, int, float] | None:
+    """The most specific (index, key, count, weight) among a node's rows, or None."""
+    best = None
+    for key, count, weight in rows:
+        # The weight never exceeds the raw count, so an admin reset turns a row cold
+        # and halving a count caps its weight.
+        weight = min(weight, count)
+        index = positions.get(key)
+        if index is None or weight < min_weight:
+            continue
+        if best is None or index > best[0]:
+            best = (index, key, count, weight)
+    return best
+
+
+def _warm_node(
+    *,
+    node: str,
+    segments: int,
+    best: tuple[int, str, int, float] | None,
+    active: int,
+    policy: Policy,
+    rules: WarmRules,
+) -> dict:
+    """Every step of one node's `warm` score, as a dict (see `warm_explain`)."""
+    index, key, count, weight = best if best else (None, None, 0, 0.0)
+    if index is None:
+        base = NO_HISTORY_SCORE
+    else:
+        low, high = warm_band(index=index, segments=segments)
+        base = low + round(weight / (weight + rules.saturation) * (high - low))
+    score = base
+    if policy.weight != 1.0:
+        bonus = (base - NO_HISTORY_SCORE) * policy.weight
+        score = max(MIN_SCORE, min(MAX_SCORE, NO_HISTORY_SCORE + round(bonus)))
+    penalty = min(rules.hotspot_penalty * active, max(0, score - NO_HISTORY_SCORE))
+    score -= penalty
+    applied = None
+    if policy.source is not None and policy.weight != 1.0:
+        applied = f"weight {policy.weight:g} ({policy.source})"
+    rule = policy.nodes.get(node)
+    if rule is not None:
+        action, rule_key = rule
+        score = MAX_SCORE if action == "pin" else MIN_SCORE
+        applied = f"{action} ({rule_key})"
+    return {
+        "node": node,
+        "matched_segment": key,
+        "segment_index": index,
+        "raw_count": count,
+        "decayed_weight": round(weight, 4),
+        "active_pods": active,
+        "base_score": base,
+        "penalty": penalty,
+        "policy": applied,
+        "score": score,
+    }
+
+
+def warm_explain(
+    *,
+    keys: Sequence[str],
+    history: Mapping[str, Sequence[tuple[str, int, float]]],
+    active: Mapping[str, int],
+    policy: Policy,
+    nodes: Sequence[str],
+    rules: WarmRules,
+) -> list[dict]:
+    """Each node's `warm` score and how it came about, one dict per node, in order.
+
+    `history` maps a node to its (key, raw count, weight at now) rows for `keys`;
+    `active` maps a node to the active pods of the same label. Keys of each dict:
+    node, matched_segment, segment_index, raw_count, decayed_weight, active_pods,
+    base_score, penalty, policy, score.
+    """
+    if not keys or not policy.enabled:
+        reason = None if not keys else f"opted out ({policy.source})"
+        return [
+            {
+                "node": node,
+                "matched_segment": None,
+                "segment_index": None,
+                "raw_count": 0,
+                "decayed_weight": 0.0,
+                "active_pods": active.get(node, 0),
+                "base_score": MIN_SCORE,
+                "penalty": 0,
+                "policy": reason,
+                "score": MIN_SCORE,
+            }
+            for node in nodes
+        ]
+    positions = {key: index for index, key in enumerate(keys)}
+    return [
+        _warm_node(
+            node=node,
+            segments=len(keys),
+            best=_best_segment(history.get(node, ()), positions, rules.min_weight),
+            active=active.get(node, 0),
+            policy=policy,
+            rules=rules,
+        )
+        for node in nodes
+    ]
+
+
+def warm_scores(
+    *,
+    keys: Sequence[str],
+    history: Mapping[str, Sequence[tuple[str, int, float]]],
+    active: Mapping[str, int],
+    policy: Policy,
+    nodes: Sequence[str],
+    rules: WarmRules,
+) -> list[int]:
+    """The `warm` scores of `nodes`, in order (the `score` of `warm_explain`).
+
+    Only nodes with history, active pods or a node rule are worked out; every other
+    node gets the cold score, so thousands of cold nodes cost a dict lookup each.
+    """
+    if not keys or not policy.enabled:
+        return [MIN_SCORE] * len(nodes)
+    positions = {key: index for index, key in enumerate(keys)}
+    wanted = set(nodes)
+    special = (set(history) | set(active) | set(policy.nodes)) & wanted
+    cold = _warm_node(
+        node="",
+        segments=len(keys),
+        best=None,
+        active=0,
+        policy=policy,
+        rules=rules,
+    )["score"]
+    scores = {
+        node: _warm_node(
+            node=node,
+            segments=len(keys),
+            best=_best_segment(history.get(node, ()), positions, rules.min_weight),
+            active=active.get(node, 0),
+            policy=policy,
+            rules=rules,
+        )["score"]
+        for node in special
+    }
+    return [scores.get(node, cold) for node in nodes]

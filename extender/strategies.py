@@ -6,10 +6,29 @@ KSSCHED_SCORING setting.
 
 from __future__ import annotations
 
+import time
+
 from django.conf import settings
 
-from extender.scoring import NO_HISTORY_SCORE, seed_score, seed_scores
-from history.services import best_matches, split_pipeline_label
+from extender.scoring import (
+    NO_HISTORY_SCORE,
+    NO_POLICY,
+    WarmRules,
+    resolve_policy,
+    seed_score,
+    seed_scores,
+    warm_explain,
+    warm_scores,
+)
+from history.services import (
+    active_pods_by_node,
+    best_matches,
+    decayed_weight,
+    half_life_seconds,
+    key_node_history,
+    scoring_policies,
+    split_pipeline_label,
+)
 
 
 class SeedStrategy:
@@ -52,7 +71,72 @@ class SeedStrategy:
         return rows
 
 
-STRATEGIES = {SeedStrategy.name: SeedStrategy}
+class WarmStrategy:
+    """Hierarchy, recency, saturation, anti-hotspot and per-key policy.
+
+    The rules are in `extender.scoring` (pure functions the simulator calls too);
+    this class only fetches their inputs: the KeyNode rows of the label's segments
+    on the candidate nodes (recency state carried to `now`, rows from before a node
+    replacement left out), the active pods of the label per node, and the policies.
+    Five small queries per request, none per node.
+    """
+
+    name = "warm"
+
+    def __init__(self, rules: WarmRules | None = None):
+        self.rules = rules or WarmRules()
+
+    def inputs(self, *, label: str | None, nodes: list[str], now: float | None = None):
+        """The plain data `warm_scores` and `warm_explain` take, from the database."""
+        keys = split_pipeline_label(label)
+        if not keys:
+            return {"keys": [], "history": {}, "active": {}, "policy": NO_POLICY}
+        now = time.time() if now is None else now
+        half_life = half_life_seconds()
+        history = {
+            node: [
+                (
+                    key,
+                    count,
+                    # A row made by hand has no recency state: it weighs its count.
+                    decayed_weight(weight=weight, at=at, now=now, half_life=half_life)
+                    if at
+                    else float(count),
+                )
+                for key, count, weight, at in rows
+            ]
+            for node, rows in key_node_history(keys=keys, nodes=nodes).items()
+        }
+        key_policies, node_policies = scoring_policies(keys=keys)
+        return {
+            "keys": keys,
+            "history": history,
+            "active": active_pods_by_node(label=label),
+            "policy": resolve_policy(
+                keys=keys, key_policies=key_policies, node_policies=node_policies
+            ),
+        }
+
+    def score(
+        self, *, label: str | None, nodes: list[str], now: float | None = None
+    ) -> list[int]:
+        """Integer scores 0..10 for `nodes`, in order, for a pod with `label`."""
+        data = self.inputs(label=label, nodes=nodes, now=now)
+        return warm_scores(nodes=nodes, rules=self.rules, **data)
+
+    def explain(
+        self, *, label: str | None, nodes: list[str], now: float | None = None
+    ) -> list[dict]:
+        """Why each node gets its score: one dict per node, in order.
+
+        Keys: node, matched_segment, segment_index, raw_count, decayed_weight,
+        active_pods, base_score, penalty, policy, score.
+        """
+        data = self.inputs(label=label, nodes=nodes, now=now)
+        return warm_explain(nodes=nodes, rules=self.rules, **data)
+
+
+STRATEGIES = {SeedStrategy.name: SeedStrategy, WarmStrategy.name: WarmStrategy}
 
 
 def get_strategy(name: str | None = None):

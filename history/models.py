@@ -20,6 +20,10 @@ class KeyNode(models.Model):
     node = models.CharField(max_length=253)
     count = models.PositiveBigIntegerField(default=0)
     last_placed_at = models.DateTimeField(null=True, blank=True)
+    # Recency state kept on write: the sum over placements of 0.5 ** (age / half-life),
+    # valued at `decayed_at` (Unix seconds). See `history.services.decayed_weight`.
+    decayed_weight = models.FloatField(default=0.0)
+    decayed_at = models.FloatField(default=0.0)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -147,3 +151,68 @@ class NodeRecord(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.uid})"
+
+
+class KeyPolicy(models.Model):
+    """How the scoring treats pods whose pipeline label contains `key`.
+
+    Edited by platform engineers in the admin. The most specific segment of a label
+    that has a policy decides: `enabled=False` opts the key out (every node gets the
+    same neutral score), `weight` scales the history bonus (1 = as computed).
+    """
+
+    key = models.CharField(max_length=253, unique=True)
+    enabled = models.BooleanField(
+        default=True, help_text="Off: no node preference for this key."
+    )
+    weight = models.FloatField(
+        default=1.0, help_text="Scales the history bonus; 0 to 10, 1 = unchanged."
+    )
+    note = models.CharField(max_length=253, blank=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "key policy"
+        verbose_name_plural = "key policies"
+        ordering = ["key"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(weight__gte=0) & models.Q(weight__lte=10),
+                name="keypolicy_weight_range",
+            )
+        ]
+
+    def __str__(self):
+        state = "on" if self.enabled else "opted out"
+        return f"{self.key}: {state}, weight {self.weight:g}"
+
+
+class NodePolicy(models.Model):
+    """Pin (always prefer, score 10) or ban (never prefer, score 0) `node` for `key`.
+
+    Edited by platform engineers in the admin. When several segments of a label have a
+    rule for the same node, the most specific segment's rule wins.
+    """
+
+    class Action(models.TextChoices):
+        PIN = "pin", "pin (always prefer)"
+        BAN = "ban", "ban (never prefer)"
+
+    key = models.CharField(max_length=253)
+    node = models.CharField(max_length=253)
+    action = models.CharField(max_length=8, choices=Action.choices)
+    note = models.CharField(max_length=253, blank=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "node policy"
+        verbose_name_plural = "node policies"
+        ordering = ["key", "node"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key", "node"], name="nodepolicy_key_node_uniq"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.action} {self.node} for {self.key}"

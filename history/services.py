@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import orjson
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
@@ -20,6 +22,8 @@ from django.utils import timezone
 from history.models import (
     CountAdjustment,
     KeyNode,
+    KeyPolicy,
+    NodePolicy,
     NodeRecord,
     Placement,
     WatchState,
@@ -52,21 +56,32 @@ def increment_key_nodes(
     One statement: an upsert whose update adds to the stored count (qualified with the
     table name, as PostgreSQL requires). Safe against concurrent writers on both
     backends; duplicate keys in `keys` are counted once.
+
+    The same statement keeps the recency state (`decayed_weight` valued at
+    `decayed_at`) exact: the stored weight and the new one are both carried to the
+    later of the two instants, halving once per half-life, then added (see
+    `accumulate_decayed`, which does the same in Python for the simulator).
     """
     unique_keys = list(dict.fromkeys(keys))
     if not unique_keys:
         return
     now = now or timezone.now()
+    at = now.timestamp()
     table = KeyNode._meta.db_table
-    rows = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(unique_keys))
+    rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(unique_keys))
     params: list = []
     for key in unique_keys:
-        params += [key, node, by, now, now, now]
+        params += [key, node, by, float(by), at, now, now, now]
+    stored, new = f"{table}.decayed_at", "excluded.decayed_at"
     sql = (
-        f"INSERT INTO {table} (key, node, count, last_placed_at, created, updated) "
+        f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
+        f"last_placed_at, created, updated) "
         f"VALUES {rows} "
         f"ON CONFLICT (key, node) DO UPDATE SET "
         f"count = {table}.count + excluded.count, "
+        f"decayed_weight = {table}.decayed_weight * {_halvings_sql(new, stored)} "
+        f"+ excluded.decayed_weight * {_halvings_sql(stored, new)}, "
+        f"decayed_at = CASE WHEN {new} > {stored} THEN {new} ELSE {stored} END, "
         f"last_placed_at = excluded.last_placed_at, updated = excluded.updated"
     )
     with connection.cursor() as cursor:
@@ -95,7 +110,7 @@ def record_placement(
     with transaction.atomic():
         # get_or_create runs its INSERT in a savepoint, so a concurrent duplicate's
         # IntegrityError does not poison this transaction.
-        _, created = Placement.objects.get_or_create(
+        placement, created = Placement.objects.get_or_create(
             pod_uid=pod_uid,
             defaults={
                 "namespace": namespace,
@@ -108,6 +123,12 @@ def record_placement(
             },
         )
         if created:
+            # Warmth is judged from history as it stood before this pod counted.
+            if not warmth:
+                placement.warmth = classify_warmth(keys=keys, node=node)
+                Placement.objects.filter(pk=placement.pk).update(
+                    warmth=placement.warmth
+                )
             increment_key_nodes(keys=keys, node=node, now=now)
     return created
 
@@ -396,3 +417,224 @@ def prune_placements(
             for (key, node), number in sorted(removed.items())
         )
     return deleted
+
+
+# --- Recency, warmth and placement quality (the `warm` scoring) ---------------------
+
+# 0.5 ** 1000 is still a normal float; PostgreSQL raises on float underflow, so the
+# number of halvings is bounded in SQL and in Python alike.
+_MAX_HALVINGS = 1000.0
+
+
+def half_life_seconds() -> float:
+    """KSSCHED_HALF_LIFE_DAYS in seconds; a placement's weight halves this often."""
+    days = float(settings.KSSCHED_HALF_LIFE_DAYS)
+    if days <= 0:
+        raise ImproperlyConfigured("KSSCHED_HALF_LIFE_DAYS must be greater than 0")
+    return days * 86400.0
+
+
+def _halvings_sql(later: str, earlier: str) -> str:
+    """SQL for 0.5 ** ((later - earlier) / half-life), 1 when `later` is not later."""
+    half_life = repr(half_life_seconds())
+    gap = f"({later} - {earlier})"
+    return (
+        f"POWER(0.5, CASE WHEN {gap} <= 0 THEN 0.0 "
+        f"WHEN {gap} / {half_life} > {_MAX_HALVINGS} THEN {_MAX_HALVINGS} "
+        f"ELSE {gap} / {half_life} END)"
+    )
+
+
+def decayed_weight(*, weight: float, at: float, now: float, half_life: float) -> float:
+    """A recency weight valued at `at` (Unix seconds), carried forward to `now`.
+
+    It halves every `half_life` seconds; a `now` before `at` leaves it unchanged.
+    """
+    if now <= at:
+        return weight
+    return weight * 0.5 ** min((now - at) / half_life, _MAX_HALVINGS)
+
+
+def accumulate_decayed(
+    *, weight: float, at: float, add: float, add_at: float, half_life: float
+) -> tuple[float, float]:
+    """Add `add` placements made at `add_at` to a weight valued at `at`.
+
+    Returns (weight, at) valued at the later instant: exactly what the upsert in
+    `increment_key_nodes` stores, so the simulator's state matches the database's.
+    """
+    later = max(at, add_at)
+    total = decayed_weight(
+        weight=weight, at=at, now=later, half_life=half_life
+    ) + decayed_weight(weight=add, at=add_at, now=later, half_life=half_life)
+    return total, later
+
+
+def classify_warmth(*, keys: Sequence[str], node: str) -> str:
+    """How warm `node` is for a pod with label segments `keys`, from KeyNode rows.
+
+    "exact" when the most specific segment has history on the node, "partial" when
+    only a more general one has, "cold" otherwise (and for a pod without segments).
+    History from before a node replacement does not count.
+    """
+    if not keys:
+        return Placement.Warmth.COLD
+    rows = KeyNode.objects.filter(key__in=set(keys), node=node, count__gt=0)
+    since = _replaced_since(nodes=[node]).get(node)
+    if since is not None:
+        rows = rows.filter(decayed_at__gte=since)
+    warm = set(rows.values_list("key", flat=True))
+    if keys[-1] in warm:
+        return Placement.Warmth.EXACT
+    if warm:
+        return Placement.Warmth.PARTIAL
+    return Placement.Warmth.COLD
+
+
+def _nodes_filter(column: str, nodes: Sequence[str]) -> tuple[str, object]:
+    """A `column IN nodes` condition with one parameter, whatever the node count."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", list(nodes)
+    return f"{column} IN (SELECT value FROM json_each(%s))", orjson.dumps(
+        list(nodes)
+    ).decode()
+
+
+def _replaced_since(*, nodes: Sequence[str]) -> dict[str, float]:
+    """For replaced nodes among `nodes`: Unix seconds since which history counts.
+
+    Only nodes seen with a new UID (replacements > 0) are returned: a node seen for
+    the first time keeps the history recorded before ks-scheduler knew its UID.
+    """
+    if not nodes:
+        return {}
+    condition, param = _nodes_filter("name", nodes)
+    rows = (
+        NodeRecord.objects.filter(replacements__gt=0, history_since__isnull=False)
+        .extra(where=[condition], params=[param])
+        .values_list("name", "history_since")
+    )
+    return {name: since.timestamp() for name, since in rows}
+
+
+def key_node_history(
+    *, keys: Sequence[str], nodes: Sequence[str]
+) -> dict[str, list[tuple[str, int, float, float]]]:
+    """The history rows of `keys` on `nodes`, grouped by node.
+
+    Returns {node: [(key, count, decayed_weight, decayed_at), ...]} for rows with
+    count > 0, leaving out rows last placed before their node was replaced. Two
+    queries whatever the number of nodes: the rows (served by the (key, node)
+    index) and the replaced nodes among those that have rows.
+    """
+    if not keys or not nodes:
+        return {}
+    condition, param = _nodes_filter("node", nodes)
+    rows = (
+        KeyNode.objects.filter(key__in=set(keys), count__gt=0)
+        .extra(where=[condition], params=[param])
+        .values_list("node", "key", "count", "decayed_weight", "decayed_at")
+    )
+    history: dict[str, list[tuple[str, int, float, float]]] = {}
+    for node, key, count, weight, at in rows:
+        history.setdefault(node, []).append((key, count, weight, at))
+    replaced = _replaced_since(nodes=list(history))
+    for node, since in replaced.items():
+        kept = [row for row in history[node] if row[3] >= since]
+        if kept:
+            history[node] = kept
+        else:
+            del history[node]
+    return history
+
+
+def active_pods_by_node(*, label: str) -> dict[str, int]:
+    """How many pods with pipeline label `label` run on each node right now.
+
+    From the ledger rows not yet finished; one query on the (label, finished_at)
+    index. Nodes without such pods are absent.
+    """
+    if not label:
+        return {}
+    rows = (
+        Placement.objects.filter(label=label, finished_at__isnull=True)
+        .values("node")
+        .annotate(pods=Count("pk"))
+        .values_list("node", "pods")
+    )
+    return dict(rows)
+
+
+def scoring_policies(
+    *, keys: Sequence[str]
+) -> tuple[dict[str, tuple[bool, float]], dict[str, dict[str, str]]]:
+    """The per-key policy rows for `keys`: two small queries.
+
+    Returns ({key: (enabled, weight)}, {key: {node: "pin" | "ban"}}).
+    """
+    if not keys:
+        return {}, {}
+    unique = set(keys)
+    key_policies = {
+        key: (enabled, weight)
+        for key, enabled, weight in KeyPolicy.objects.filter(
+            key__in=unique
+        ).values_list("key", "enabled", "weight")
+    }
+    node_policies: dict[str, dict[str, str]] = {}
+    for key, node, action in NodePolicy.objects.filter(key__in=unique).values_list(
+        "key", "node", "action"
+    ):
+        node_policies.setdefault(key, {})[node] = action
+    return key_policies, node_policies
+
+
+def placement_hit_rates(
+    *, since: datetime | None = None, until: datetime | None = None
+) -> dict:
+    """Placement quality over a window of `bound_at`: overall and per pipeline label.
+
+    Returns {"overall": stats, "by_label": {label: stats}} where stats is
+    {"placements", "exact", "partial", "cold", "unclassified", "exact_rate",
+    "partial_rate", "hit_rate"}. Rates are fractions of the classified placements
+    (None when there are none); hit_rate = exact + partial. One GROUP BY query.
+    """
+    rows = Placement.objects.all()
+    if since is not None:
+        rows = rows.filter(bound_at__gte=since)
+    if until is not None:
+        rows = rows.filter(bound_at__lt=until)
+    grouped = rows.values("label", "warmth").annotate(n=Count("pk"))
+    tallies: dict[str, dict[str, int]] = {}
+    overall: dict[str, int] = {}
+    for row in grouped:
+        warmth = row["warmth"] or "unclassified"
+        by_label = tallies.setdefault(row["label"], {})
+        by_label[warmth] = by_label.get(warmth, 0) + row["n"]
+        overall[warmth] = overall.get(warmth, 0) + row["n"]
+    return {
+        "overall": _hit_stats(overall),
+        "by_label": {label: _hit_stats(t) for label, t in sorted(tallies.items())},
+    }
+
+
+def _hit_stats(tally: dict[str, int]) -> dict:
+    exact = tally.get("exact", 0)
+    partial = tally.get("partial", 0)
+    cold = tally.get("cold", 0)
+    classified = exact + partial + cold
+    unclassified = tally.get("unclassified", 0)
+
+    def rate(n: int) -> float | None:
+        return round(n / classified, 4) if classified else None
+
+    return {
+        "placements": classified + unclassified,
+        "exact": exact,
+        "partial": partial,
+        "cold": cold,
+        "unclassified": unclassified,
+        "exact_rate": rate(exact),
+        "partial_rate": rate(partial),
+        "hit_rate": rate(exact + partial),
+    }

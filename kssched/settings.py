@@ -211,6 +211,8 @@ KSSCHED_SCORING = env.str("KSSCHED_SCORING", default="seed")
 # accept bodies this big. The rest of the site keeps Django's default limit.
 KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=128 * 1024 * 1024)
 
+# `warm` scoring: each placement's weight halves every half-life.
+KSSCHED_HALF_LIFE_DAYS = env.float("KSSCHED_HALF_LIFE_DAYS", default=7.0)
 # --- Watcher (manage.py watch_pods) -------------------------------------------------
 # Timeouts bound every call to the API server; tests shrink them to seconds.
 

@@ -1,0 +1,308 @@
+"""The `warm` strategy: every scoring rule, pure and through the database."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from extender.scoring import (
+    NO_POLICY,
+    WarmRules,
+    resolve_policy,
+    warm_band,
+    warm_explain,
+    warm_scores,
+)
+from extender.strategies import SeedStrategy, WarmStrategy, get_strategy
+from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord
+from history.services import (
+    accumulate_decayed,
+    decayed_weight,
+    increment_key_nodes,
+    record_node_seen,
+    record_placement,
+)
+
+RULES = WarmRules()
+DAY = 86400.0
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def scores(keys, history, active=None, policy=NO_POLICY, nodes=None):
+    nodes = nodes or sorted(set(history) | set(active or {}) | {"cold"})
+    return dict(
+        zip(
+            nodes,
+            warm_scores(
+                keys=keys,
+                history=history,
+                active=active or {},
+                policy=policy,
+                nodes=nodes,
+                rules=RULES,
+            ),
+            strict=True,
+        )
+    )
+
+
+# --- pure rules ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("segments", range(1, 10))
+def test_bands_are_disjoint_and_ordered_from_general_to_specific(segments):
+    bands = [warm_band(index=i, segments=segments) for i in range(segments)]
+    assert bands[0][0] == 2 and bands[-1][1] == 10
+    for (low, high), (next_low, _) in zip(bands, bands[1:], strict=False):
+        assert low <= high < next_low
+
+
+def test_specific_segment_beats_heavily_used_general_one():
+    keys = ["ci", "java", "app"]
+    result = scores(
+        keys,
+        {"general": [("ci", 5000, 5000.0)], "specific": [("app", 1, 0.2)]},
+    )
+    assert result["specific"] > result["general"] > result["cold"] == 1
+
+
+def test_most_specific_row_of_a_node_decides():
+    keys = ["ci", "java", "app"]
+    result = scores(keys, {"n": [("ci", 9, 9.0), ("app", 1, 1.0), ("java", 3, 3.0)]})
+    explained = warm_explain(
+        keys=keys,
+        history={"n": [("ci", 9, 9.0), ("app", 1, 1.0)]},
+        active={},
+        policy=NO_POLICY,
+        nodes=["n"],
+        rules=RULES,
+    )[0]
+    assert explained["matched_segment"] == "app"
+    assert result["n"] == explained["score"] >= warm_band(index=2, segments=3)[0]
+
+
+def test_weight_halves_every_half_life():
+    assert decayed_weight(weight=8.0, at=0.0, now=7 * DAY, half_life=7 * DAY) == 4.0
+    assert decayed_weight(weight=8.0, at=0.0, now=14 * DAY, half_life=7 * DAY) == 2.0
+    # Never grows when "now" is before the reference instant.
+    assert decayed_weight(weight=8.0, at=10.0, now=0.0, half_life=DAY) == 8.0
+    weight, at = accumulate_decayed(
+        weight=1.0, at=0.0, add=1.0, add_at=7 * DAY, half_life=7 * DAY
+    )
+    assert (weight, at) == (1.5, 7 * DAY)
+
+
+def test_stale_history_scores_lower_then_is_forgotten():
+    keys = ["ci", "app"]
+    fresh = scores(keys, {"n": [("app", 4, 4.0)]})["n"]
+    faded = scores(keys, {"n": [("app", 4, 0.4)]})["n"]
+    forgotten = scores(keys, {"n": [("app", 4, RULES.min_weight / 2)]})["n"]
+    assert fresh > faded > forgotten == 1
+
+
+def test_general_segment_takes_over_when_specific_is_forgotten():
+    keys = ["ci", "app"]
+    result = scores(keys, {"n": [("ci", 50, 30.0), ("app", 2, 0.01)]})
+    assert result["n"] == scores(keys, {"n": [("ci", 50, 30.0)]})["n"] > 1
+
+
+def test_saturation_gives_diminishing_returns():
+    keys = ["ci", "java", "maven", "app"]
+    few, many, huge = (
+        scores(keys, {"n": [("app", n, float(n))]})["n"] for n in (10, 500, 10**9)
+    )
+    one = scores(keys, {"n": [("app", 1, 1.0)]})["n"]
+    assert one < few
+    assert few <= many == huge == 10
+
+
+def test_weight_never_exceeds_raw_count():
+    keys = ["ci", "app"]
+    assert scores(keys, {"n": [("app", 0, 5.0)]})["n"] == 1
+
+
+def test_active_pods_of_the_label_spread_a_fan_out_over_warm_nodes():
+    keys = ["ci", "java", "app"]
+    history = {f"warm{i}": [("app", 20, 20.0)] for i in range(3)}
+    active: dict[str, int] = {}
+    chosen = []
+    for _ in range(6):
+        result = scores(keys, history, active)
+        best = max(sorted(result), key=lambda node: result[node])
+        chosen.append(best)
+        active[best] = active.get(best, 0) + 1
+    assert sorted(chosen) == ["warm0", "warm0", "warm1", "warm1", "warm2", "warm2"]
+    # A busy warm node never drops below a cold one.
+    busy = scores(keys, history, {"warm0": 50})
+    assert busy["warm0"] == busy["cold"] == 1
+
+
+def test_pod_without_label_scores_zero():
+    assert scores([], {"n": [("app", 3, 3.0)]}) == {"cold": 0, "n": 0}
+
+
+@pytest.mark.parametrize(
+    ("key_policies", "node_policies", "expected"),
+    [
+        ({"ci": (False, 1.0)}, {}, {"cold": 0, "warm": 0, "other": 0}),
+        # The more specific segment re-enables what the general one opted out.
+        ({"ci": (False, 1.0), "app": (True, 1.0)}, {}, {"cold": 1, "other": 1}),
+        ({}, {"app": {"other": "pin"}}, {"other": 10}),
+        ({}, {"app": {"warm": "ban"}}, {"warm": 0, "cold": 1}),
+        # The most specific rule for a node wins.
+        ({}, {"ci": {"warm": "ban"}, "app": {"warm": "pin"}}, {"warm": 10}),
+        ({"app": (True, 0.0)}, {}, {"warm": 1, "cold": 1}),
+        ({"app": (True, 0.5)}, {}, {"warm": 5, "cold": 1}),
+        ({"app": (True, 10.0)}, {"app": {}}, {"warm": 10}),
+    ],
+)
+def test_policies(key_policies, node_policies, expected):
+    keys = ["ci", "app"]
+    policy = resolve_policy(
+        keys=keys, key_policies=key_policies, node_policies=node_policies
+    )
+    history = {"warm": [("app", 100, 3.0)]}
+    nodes = ["cold", "warm", "other"]
+    result = scores(keys, history, policy=policy, nodes=nodes)
+    assert scores(keys, history, nodes=nodes)["warm"] == 9
+    for node, score in expected.items():
+        assert result[node] == score
+
+
+def test_scores_are_ints_in_range_and_explain_agrees():
+    keys = ["a", "b", "c", "d"]
+    history = {
+        f"n{i}": [(keys[i % 4], i, i / 3), (keys[(i * 7) % 4], i * 5, i * 1.5)]
+        for i in range(60)
+    }
+    active = {f"n{i}": i % 5 for i in range(0, 60, 3)}
+    nodes = [f"n{i}" for i in range(70)]
+    policy = resolve_policy(
+        keys=keys, key_policies={"b": (True, 1.7)}, node_policies={"c": {"n5": "ban"}}
+    )
+    fast = warm_scores(
+        keys=keys,
+        history=history,
+        active=active,
+        policy=policy,
+        nodes=nodes,
+        rules=RULES,
+    )
+    explained = warm_explain(
+        keys=keys,
+        history=history,
+        active=active,
+        policy=policy,
+        nodes=nodes,
+        rules=RULES,
+    )
+    assert fast == [row["score"] for row in explained]
+    assert all(type(s) is int and 0 <= s <= 10 for s in fast)
+    assert [row["node"] for row in explained] == nodes
+
+
+# --- through the database -----------------------------------------------------------
+
+
+def stored(key, node):
+    return KeyNode.objects.values_list("count", "decayed_weight", "decayed_at").get(
+        key=key, node=node
+    )
+
+
+@pytest.mark.django_db
+def test_upsert_keeps_decayed_state_and_counts(settings):
+    settings.KSSCHED_HALF_LIFE_DAYS = 7
+    increment_key_nodes(keys=["a"], node="n1", now=T0)
+    increment_key_nodes(keys=["a"], node="n1", now=T0 + timedelta(days=7))
+    count, weight, at = stored("a", "n1")
+    assert count == 2
+    assert weight == pytest.approx(1.5)
+    assert at == (T0 + timedelta(days=7)).timestamp()
+    # A late event (older than the stored instant) is carried forward, not back.
+    increment_key_nodes(keys=["a"], node="n1", now=T0)
+    count, weight, at = stored("a", "n1")
+    assert (count, at) == (3, (T0 + timedelta(days=7)).timestamp())
+    assert weight == pytest.approx(2.0)
+    # A gap of thousands of half-lives does not underflow.
+    increment_key_nodes(keys=["a"], node="n1", now=T0 + timedelta(days=70000))
+    assert stored("a", "n1")[1] == pytest.approx(1.0)
+
+
+@pytest.mark.django_db
+def test_live_scores_halve_with_age(settings):
+    settings.KSSCHED_HALF_LIFE_DAYS = 7
+    for _ in range(4):
+        increment_key_nodes(keys=["ci", "app"], node="n1", now=T0)
+    strategy = WarmStrategy()
+    rows = strategy.explain(label="ci-app", nodes=["n1"], now=T0.timestamp())
+    assert rows[0]["decayed_weight"] == pytest.approx(4.0)
+    later = T0.timestamp() + 7 * DAY
+    rows = strategy.explain(label="ci-app", nodes=["n1"], now=later)
+    assert rows[0]["decayed_weight"] == pytest.approx(2.0)
+    assert rows[0]["raw_count"] == 4
+    years = T0.timestamp() + 400 * DAY
+    assert strategy.score(label="ci-app", nodes=["n1"], now=years) == [1]
+
+
+@pytest.mark.django_db
+def test_hand_made_rows_weigh_their_count():
+    KeyNode.objects.create(key="app", node="n1", count=3)
+    row = WarmStrategy().explain(label="ci-app", nodes=["n1"])[0]
+    assert (row["matched_segment"], row["decayed_weight"]) == ("app", 3.0)
+
+
+@pytest.mark.django_db
+def test_history_before_a_node_replacement_is_ignored():
+    increment_key_nodes(keys=["ci", "app"], node="n1", now=T0)
+    increment_key_nodes(keys=["ci", "app"], node="n2", now=T0)
+    record_node_seen(name="n1", uid="uid-1", now=T0 - timedelta(days=1))
+    strategy = WarmStrategy()
+    now = (T0 + timedelta(days=1)).timestamp()
+    # First sighting keeps history.
+    assert strategy.score(label="ci-app", nodes=["n1", "n2"], now=now)[0] > 1
+    record_node_seen(name="n1", uid="uid-2", now=T0 + timedelta(hours=1))
+    replaced, kept = strategy.score(label="ci-app", nodes=["n1", "n2"], now=now)
+    assert replaced == 1 < kept
+    # New history after the replacement counts again.
+    increment_key_nodes(keys=["ci"], node="n1", now=T0 + timedelta(hours=2))
+    row = strategy.explain(label="ci-app", nodes=["n1"], now=now)[0]
+    assert row["matched_segment"] == "ci"
+    assert NodeRecord.objects.get(name="n1").replacements == 1
+
+
+@pytest.mark.django_db
+def test_live_active_pods_and_policies():
+    for i in range(3):
+        increment_key_nodes(keys=["ci", "app"], node=f"n{i}", now=T0)
+    record_placement(pod_uid="u1", namespace="ci", name="p1", label="ci-app", node="n0")
+    strategy = WarmStrategy()
+    now = T0.timestamp()
+    before = strategy.score(label="ci-app", nodes=["n0", "n1", "n2", "x"], now=now)
+    assert before[0] < before[1] == before[2]
+    assert before[3] == 1
+    KeyPolicy.objects.create(key="app", weight=1.0)
+    NodePolicy.objects.create(key="app", node="x", action="pin")
+    NodePolicy.objects.create(key="ci", node="n1", action="ban")
+    pinned = strategy.score(label="ci-app", nodes=["n0", "n1", "n2", "x"], now=now)
+    assert pinned == [before[0], 0, before[2], 10]
+    KeyPolicy.objects.filter(key="app").update(enabled=False)
+    assert strategy.score(label="ci-app", nodes=["n0", "x"], now=now) == [0, 0]
+
+
+@pytest.mark.django_db
+def test_warm_queries_are_bounded(django_assert_max_num_queries):
+    nodes = [f"node-{i}" for i in range(3000)]
+    for node in nodes[::10]:
+        increment_key_nodes(keys=["ci", "java", "app"], node=node, now=T0)
+    with django_assert_max_num_queries(5):
+        result = WarmStrategy().score(
+            label="ci-java-app", nodes=nodes, now=T0.timestamp()
+        )
+    assert len(result) == 3000 and result[0] > result[1] == 1
+
+
+def test_get_strategy_knows_both():
+    assert isinstance(get_strategy("seed"), SeedStrategy)
+    assert isinstance(get_strategy("warm"), WarmStrategy)
+    with pytest.raises(ValueError, match="unknown scoring strategy"):
+        get_strategy("nope")
