@@ -15,5 +15,6 @@ urlpatterns = [
         views.PipelinePriorityView.as_view(),
         name="priorities-pipeline",
     ),
+    path("scheduler/explain", views.ExplainView.as_view(), name="explain"),
     path("version", views.VersionView.as_view(), name="version"),
 ]

@@ -71,6 +71,25 @@ class PipelinePriorityView(ExtenderView):
         return Response(host_priority_list(nodes, scores))
 
 
+class ExplainView(ExtenderView):
+    """`POST /scheduler/explain`: the prioritize body in, each node's score and why.
+
+    Parsing, validation and errors are those of prioritize. The scores come from the
+    same strategy code (`?strategy=` picks another one to compare); read-only.
+    """
+
+    def post(self, request):
+        args = parse_extender_args(request.data)
+        try:
+            strategy = get_strategy(request.query_params.get("strategy") or None)
+        except ValueError as exc:
+            raise exceptions.ValidationError(str(exc)) from None
+        nodes = list(dict.fromkeys(args.candidate_names()))
+        label = args.pod_label(settings.KSSCHED_PIPELINE_LABEL)
+        rows = strategy.explain(label=label, nodes=nodes)
+        return Response({"strategy": strategy.name, "label": label, "nodes": rows})
+
+
 class VersionView(APIView):
     """`GET /version`: plain text like the old tool, JSON when asked for."""
 

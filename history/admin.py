@@ -7,7 +7,7 @@ CountAdjustment and `audit_counts` does not report it as drift.
 from django.contrib import admin
 
 from history import services
-from history.models import CountAdjustment, KeyNode, Placement
+from history.models import CountAdjustment, KeyNode, KeyPolicy, NodePolicy, Placement
 
 
 @admin.register(KeyNode)
@@ -70,3 +70,23 @@ class CountAdjustmentAdmin(ReadOnlyAdmin):
     list_filter = ("reason", "created")
     search_fields = ("key", "node", "actor")
     date_hierarchy = "created"
+
+@admin.register(KeyPolicy)
+class KeyPolicyAdmin(admin.ModelAdmin):
+    """Per-key scoring policy for the `warm` strategy: opt out or weight a key."""
+
+    list_display = ("key", "enabled", "weight", "note", "updated")
+    list_editable = ("enabled", "weight")
+    list_filter = ("enabled",)
+    search_fields = ("key", "note")
+    ordering = ("key",)
+
+
+@admin.register(NodePolicy)
+class NodePolicyAdmin(admin.ModelAdmin):
+    """Pin or ban a node for a key in the `warm` strategy."""
+
+    list_display = ("key", "node", "action", "note", "updated")
+    list_filter = ("action",)
+    search_fields = ("key", "node", "note")
+    ordering = ("key", "node")
