@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO.parent / "shared" / "fixtures"
-if not FIXTURES.is_dir():
-    FIXTURES = REPO / "tests" / "fixtures"
+# ExtenderArgs bodies exactly as kube-scheduler sends them.
+FIXTURES = REPO / "tests" / "fixtures"
 
 IS_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 ENFORCED_MARKERS = ("postgres", "browser")
