@@ -33,7 +33,7 @@ $(SECRET_FILE):
 
 run: $(VENV)/.installed $(SECRET_FILE)
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py migrate --noinput
-	SECRET_KEY="$$(cat $(SECRET_FILE))" $(PY) manage.py collectstatic --noinput --verbosity 0
+	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py collectstatic --noinput --verbosity 0
 	@echo
 	@echo "ks-scheduler on http://localhost:8080 (history in $(RUN_DATA_PATH))."
 	@echo "Create an admin user for http://localhost:8080/admin/ with:"
