@@ -384,6 +384,14 @@ def audit_counts() -> tuple[int, list[Drift]]:
     return len(pairs), [d for d in drifts if d.difference]
 
 
+def prunable_placements(*, before: datetime, include_unfinished: bool = False):
+    """The ledger rows `prune_placements` would delete (a QuerySet)."""
+    condition = Q(finished_at__lt=before)
+    if include_unfinished:
+        condition |= Q(finished_at__isnull=True, bound_at__lt=before)
+    return Placement.objects.filter(condition)
+
+
 def prune_placements(
     *, before: datetime, include_unfinished: bool = False, actor: str = ""
 ) -> int:
@@ -394,11 +402,8 @@ def prune_placements(
     when `include_unfinished` and they were bound before `before`. Returns the
     number of rows deleted.
     """
-    condition = Q(finished_at__lt=before)
-    if include_unfinished:
-        condition |= Q(finished_at__isnull=True, bound_at__lt=before)
     with transaction.atomic():
-        rows = Placement.objects.filter(condition)
+        rows = prunable_placements(before=before, include_unfinished=include_unfinished)
         removed: dict[tuple[str, str], int] = {}
         for label, node, number in (
             rows.values_list("label", "node").annotate(number=Count("id")).order_by()
