@@ -23,7 +23,6 @@ from django.http import HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
     Counter,
@@ -31,6 +30,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def observe_extender_request(request, response, seconds: float) -> None:
     if isinstance(data, list):
         # Prioritize: a HostPriorityList.
         REQUEST_NODES.labels(verb).observe(len(data))
-        if data and isinstance(data[0], dict) and "Score" in data[0]:
+        if verb.startswith("priorities/") and data and "Score" in data[0]:
             for score, count in _Tally(map(_score_of, data)).items():
                 SCORES.labels(str(score)).inc(count)
     elif isinstance(data, dict) and ("NodeNames" in data or "Nodes" in data):
@@ -275,4 +275,5 @@ def metrics_view(request):
                 {"error": "metrics need 'Authorization: Bearer <token>'"}, status=401
             )
     output = generate_latest(_process_registry()) + generate_latest(_history_registry)
-    return HttpResponse(output, content_type=CONTENT_TYPE_LATEST)
+    # The classic text format: every Prometheus version parses it.
+    return HttpResponse(output, content_type=CONTENT_TYPE_PLAIN_0_0_4)
