@@ -1,27 +1,166 @@
 """Admin for pipeline history: KeyNode counts are editable, the ledger is read-only.
 
 Every count change goes through `history.services`, so it is recorded as a
-CountAdjustment and `audit_counts` does not report it as drift.
+CountAdjustment and `audit_counts` does not report it as drift, and every change is
+written to the object's admin history as "old → new". Members of the view-only group
+browse and export CSV; they see no edit controls and no actions that write.
 """
 
-from django.contrib import admin
+import csv
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.db.models import Count, Q
+from django.http import HttpResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
 
 from history import services
 from history.models import CountAdjustment, KeyNode, KeyPolicy, NodePolicy, Placement
 
+# The pipeline page lives in the extender app (it needs the scoring strategy) and is
+# routed in kssched/urls.py under this name.
+PIPELINE_URL_NAME = "admin-pipeline"
+# Filters list the busiest values only: a cluster may have thousands of nodes.
+FILTER_CHOICES = 20
+
+
+def pipeline_url(value: str) -> str:
+    return f"{reverse(PIPELINE_URL_NAME)}?{urlencode({'q': value})}"
+
+
+def placements_url(**params: str) -> str:
+    return f"{reverse('admin:history_placement_changelist')}?{urlencode(params)}"
+
+
+class BusiestValuesFilter(admin.SimpleListFilter):
+    """Filter by a value, offering the busiest ones (and the one selected)."""
+
+    def busiest(self) -> list[str]:
+        raise NotImplementedError
+
+    def lookups(self, request, model_admin):
+        values = self.busiest()
+        if self.value() and self.value() not in values:
+            values.append(self.value())
+        return [(value, value) for value in values]
+
+
+class KeyFilter(BusiestValuesFilter):
+    title = "key"
+    parameter_name = "key"
+
+    def busiest(self):
+        totals = services.key_totals()[:FILTER_CHOICES]
+        return [row["key"] for row in totals]
+
+    def queryset(self, request, queryset):
+        if not self.value():
+            return queryset
+        if queryset.model is Placement:
+            segment = services.placements_with_key(key=self.value())
+            return queryset.filter(pk__in=segment.values("pk"))
+        return queryset.filter(key=self.value())
+
+
+class NodeFilter(BusiestValuesFilter):
+    title = "node"
+    parameter_name = "node"
+
+    def busiest(self):
+        rows = (
+            Placement.objects.values("node")
+            .annotate(n=Count("pk"))
+            .order_by("-n", "node")[:FILTER_CHOICES]
+        )
+        nodes = [row["node"] for row in rows]
+        if len(nodes) < FILTER_CHOICES:
+            more = KeyNode.objects.exclude(node__in=nodes).values_list(
+                "node", flat=True
+            )
+            nodes += list(
+                more.distinct().order_by("node")[: FILTER_CHOICES - len(nodes)]
+            )
+        return nodes
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(node=self.value())
+        return queryset
+
+
+class CountFilter(admin.SimpleListFilter):
+    title = "count"
+    parameter_name = "count_range"
+    ranges = {
+        "0": Q(count=0),
+        "1-9": Q(count__gte=1, count__lte=9),
+        "10-99": Q(count__gte=10, count__lte=99),
+        "100+": Q(count__gte=100),
+    }
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in self.ranges]
+
+    def queryset(self, request, queryset):
+        if self.value() in self.ranges:
+            return queryset.filter(self.ranges[self.value()])
+        return queryset
+
+
+class ActiveFilter(admin.SimpleListFilter):
+    title = "pod state"
+    parameter_name = "active"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "running (active)"), ("no", "finished")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(finished_at__isnull=True)
+        if self.value() == "no":
+            return queryset.filter(finished_at__isnull=False)
+        return queryset
+
+
+def csv_cell(value) -> str:
+    """A CSV cell that spreadsheets do not evaluate as a formula."""
+    text = "" if value is None else str(value)
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@") else text
+
 
 @admin.register(KeyNode)
 class KeyNodeAdmin(admin.ModelAdmin):
-    list_display = ("key", "node", "count", "last_placed_at", "updated")
-    list_filter = ("updated", "last_placed_at")
+    list_display = ("key", "node", "count", "last_placement", "updated", "links")
+    list_editable = ("count",)
+    list_filter = (KeyFilter, NodeFilter, CountFilter, "last_placed_at", "updated")
     search_fields = ("key", "node")
     date_hierarchy = "updated"
     ordering = ("key", "node")
     list_per_page = 100
+    actions = ("export_csv", "reset_counts", "halve_counts")
+    # Explicit, so that state the watcher maintains (decay) never enters the form.
+    fields = ("key", "node", "count", "last_placed_at", "created", "updated")
+
+    @admin.display(description="last placement", ordering="last_placed_at")
+    def last_placement(self, obj):
+        return obj.last_placed_at
+
+    @admin.display(description="see")
+    def links(self, obj):
+        return format_html(
+            '<a href="{}">placements</a> · <a href="{}">pipeline</a>',
+            placements_url(key=obj.key, node=obj.node),
+            pipeline_url(obj.key),
+        )
 
     def get_readonly_fields(self, request, obj=None):
         # Key and node identify the row in the ledger; renaming would break audits.
-        return ("key", "node", "created", "updated") if obj else ("created", "updated")
+        # The watcher owns last_placed_at.
+        if obj:
+            return ("key", "node", "last_placed_at", "created", "updated")
+        return ("last_placed_at", "created", "updated")
 
     def save_model(self, request, obj, form, change):
         actor = request.user.get_username()
@@ -32,7 +171,19 @@ class KeyNodeAdmin(admin.ModelAdmin):
             obj.pk = created.pk
             return
         if "count" in form.changed_data:
-            services.set_key_node_count(key_node=obj, count=obj.count, actor=actor)
+            new = obj.count
+            delta = services.set_key_node_count(key_node=obj, count=new, actor=actor)
+            # Kept for construct_change_message, which runs right after.
+            obj._count_change = (new - delta, new)
+
+    def construct_change_message(self, request, form, formsets, add=False):
+        if add:
+            return f"Added with count {form.instance.count}."
+        change = getattr(form.instance, "_count_change", None)
+        if change:
+            old, new = change
+            return f"Changed count from {old} to {new}."
+        return super().construct_change_message(request, form, formsets, add)
 
     def delete_model(self, request, obj):
         services.delete_key_nodes(key_nodes=[obj], actor=request.user.get_username())
@@ -40,6 +191,50 @@ class KeyNodeAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         services.delete_key_nodes(
             key_nodes=list(queryset), actor=request.user.get_username()
+        )
+
+    @admin.action(description="Export selected rows as CSV", permissions=["view"])
+    def export_csv(self, request, queryset):
+        stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="keynodes-{stamp}.csv"'
+        writer = csv.writer(response)
+        writer.writerow(["key", "node", "count", "last_placed_at", "updated"])
+        for row in queryset.order_by("key", "node"):
+            writer.writerow(
+                [
+                    csv_cell(row.key),
+                    csv_cell(row.node),
+                    row.count,
+                    row.last_placed_at.isoformat() if row.last_placed_at else "",
+                    row.updated.isoformat(),
+                ]
+            )
+        return response
+
+    @admin.action(description="Reset selected counts to zero", permissions=["change"])
+    def reset_counts(self, request, queryset):
+        changed = services.reset_key_nodes(
+            key_nodes=list(queryset), actor=request.user.get_username()
+        )
+        self._log_bulk(request, changed, "Reset")
+
+    @admin.action(description="Halve selected counts", permissions=["change"])
+    def halve_counts(self, request, queryset):
+        changed = services.halve_key_nodes(
+            key_nodes=list(queryset), actor=request.user.get_username()
+        )
+        self._log_bulk(request, changed, "Halved")
+
+    def _log_bulk(self, request, changed, verb):
+        for row, old, new in changed:
+            self.log_change(
+                request, row, f"{verb} count from {old} to {new} (bulk action)."
+            )
+        self.message_user(
+            request,
+            f"{verb} {len(changed)} count(s); rows already at the target were skipped.",
+            messages.SUCCESS,
         )
 
 
@@ -58,10 +253,27 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Placement)
 class PlacementAdmin(ReadOnlyAdmin):
-    list_display = ("pod_uid", "namespace", "name", "label", "node", "bound_at")
-    list_filter = ("finished_at", "warmth", "bound_at")
-    search_fields = ("pod_uid", "name", "label", "node")
+    list_display = (
+        "name",
+        "namespace",
+        "label_link",
+        "node",
+        "bound_at",
+        "finished_at",
+        "warmth",
+    )
+    list_filter = (KeyFilter, NodeFilter, ActiveFilter, "warmth", "bound_at")
+    search_fields = ("pod_uid", "name", "namespace", "label", "node")
     date_hierarchy = "bound_at"
+    list_per_page = 100
+
+    @admin.display(description="label", ordering="label")
+    def label_link(self, obj):
+        return format_html(
+            '<a href="{}" title="pipeline page">{}</a>',
+            pipeline_url(obj.label),
+            obj.label,
+        )
 
 
 @admin.register(CountAdjustment)
@@ -70,6 +282,7 @@ class CountAdjustmentAdmin(ReadOnlyAdmin):
     list_filter = ("reason", "created")
     search_fields = ("key", "node", "actor")
     date_hierarchy = "created"
+
 
 @admin.register(KeyPolicy)
 class KeyPolicyAdmin(admin.ModelAdmin):

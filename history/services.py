@@ -16,7 +16,7 @@ import orjson
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, F, Max, Q, Sum
 from django.utils import timezone
 
 from history.models import (
@@ -255,6 +255,99 @@ def delete_key_nodes(*, key_nodes: Iterable[KeyNode], actor: str) -> int:
                 )
             deleted += 1
     return deleted
+
+
+def _rescale_key_nodes(
+    *, key_nodes: Iterable[KeyNode], actor: str, reason: str, target
+) -> list[tuple[KeyNode, int, int]]:
+    """Set each row's count to `target(old)`, recording the deltas as adjustments.
+
+    Returns (row, old, new) for each row whose count changed. The row is locked
+    (PostgreSQL) or the write lock is held (SQLite IMMEDIATE) between the read and
+    the relative update, so a concurrent placement is never lost.
+    """
+    changed = []
+    with transaction.atomic():
+        for key_node in key_nodes:
+            old = (
+                KeyNode.objects.select_for_update()
+                .filter(pk=key_node.pk)
+                .values_list("count", flat=True)
+                .first()
+            )
+            if old is None:
+                continue
+            new = target(old)
+            if new == old:
+                continue
+            KeyNode.objects.filter(pk=key_node.pk).update(count=F("count") + new - old)
+            CountAdjustment.objects.create(
+                key=key_node.key,
+                node=key_node.node,
+                delta=new - old,
+                reason=reason,
+                actor=actor,
+            )
+            key_node.count = new
+            changed.append((key_node, old, new))
+    return changed
+
+
+def reset_key_nodes(
+    *, key_nodes: Iterable[KeyNode], actor: str
+) -> list[tuple[KeyNode, int, int]]:
+    """Set the counts of `key_nodes` to zero; returns (row, old, 0) per changed row."""
+    return _rescale_key_nodes(
+        key_nodes=key_nodes,
+        actor=actor,
+        reason=CountAdjustment.Reason.RESET,
+        target=lambda old: 0,
+    )
+
+
+def halve_key_nodes(
+    *, key_nodes: Iterable[KeyNode], actor: str
+) -> list[tuple[KeyNode, int, int]]:
+    """Halve the counts of `key_nodes` (rounding down): old history weighs less.
+
+    Returns (row, old, new) per changed row; a count of 0 stays 0.
+    """
+    return _rescale_key_nodes(
+        key_nodes=key_nodes,
+        actor=actor,
+        reason=CountAdjustment.Reason.HALVED,
+        target=lambda old: old // 2,
+    )
+
+
+def placements_with_key(*, key: str):
+    """Placements whose pipeline label contains `key` as a whole segment.
+
+    A QuerySet of Placement, newest first. `java` matches `jenkins-java-maven`
+    but not `javascript`.
+    """
+    return Placement.objects.filter(
+        Q(label=key)
+        | Q(label__startswith=f"{key}-")
+        | Q(label__endswith=f"-{key}")
+        | Q(label__contains=f"-{key}-")
+    )
+
+
+def key_totals():
+    """Per key: total count over all nodes, number of nodes, latest placement.
+
+    A QuerySet of dicts {key, total, nodes, last_placed_at}, busiest key first.
+    """
+    return (
+        KeyNode.objects.values("key")
+        .annotate(
+            total=Sum("count"),
+            nodes=Count("node"),
+            last_placed_at=Max("last_placed_at"),
+        )
+        .order_by("-total", "key")
+    )
 
 
 # --- Watcher checkpoint, node identity, audit and pruning ---------------------------

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from extender.admin_views import pipeline_view
 from kssched import health, metrics
 
 admin.site.site_header = "ks-scheduler"
@@ -9,9 +10,17 @@ admin.site.index_title = "Pipeline history"
 
 urlpatterns = [
     path("", include("extender.urls")),
+    # Inside the admin (login and staff required); before admin/ so its catch-all
+    # does not answer first.
+    path(
+        "admin/pipeline/",
+        admin.site.admin_view(pipeline_view),
+        name="admin-pipeline",
+    ),
     path("admin/", admin.site.urls),
     # No trailing slashes and no redirects: probes and scrapers call these as is.
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
+    path("api/", include("history.api_urls")),
 ]

@@ -1,9 +1,26 @@
 """Admin: login required, counts editable and recorded."""
 
-import pytest
-from django.contrib.auth.models import Group, User
+import csv
+import io
+import re
+from datetime import timedelta
+from xml.etree import ElementTree
 
-from history.models import CountAdjustment, KeyNode
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
+from django.db import connection
+from django.db.models import Sum
+from django.utils import timezone
+
+from history.models import CountAdjustment, KeyNode, NodeRecord, Placement, WatchState
+from history.services import (
+    create_key_node,
+    finish_placement,
+    record_placement,
+    split_pipeline_label,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -37,8 +54,8 @@ def test_keynode_list_and_search(admin_client):
     KeyNode.objects.create(key="gitlab", node="worker-2", count=4)
     response = admin_client.get("/admin/history/keynode/", {"q": "jenkins"})
     assert response.status_code == 200
-    assert b"worker-1" in response.content
-    assert b"worker-2" not in response.content
+    shown = [(row.key, row.node) for row in response.context["cl"].result_list]
+    assert shown == [("jenkins", "worker-1")]
 
 
 def test_admin_count_edit_is_saved_and_recorded(admin_client):
@@ -73,3 +90,479 @@ def test_viewer_group_can_browse_but_not_edit(client):
     client.post(f"/admin/history/keynode/{row.pk}/change/", {"count": "99"})
     row.refresh_from_db()
     assert row.count == 3
+
+
+# --- KeyNode list: filters, sorting, inline edits, bulk actions, CSV ------------------
+
+
+def changelist_rows(response):
+    return [
+        (row.key, row.node, row.count) for row in response.context["cl"].result_list
+    ]
+
+
+def make_rows():
+    """Rows created the way the admin creates them, so the audit balances."""
+    return [
+        create_key_node(key=key, node=node, count=count, actor="setup")
+        for key, node, count in [
+            ("jenkins", "worker-1", 3),
+            ("jenkins", "worker-2", 40),
+            ("maven", "worker-1", 250),
+            ("gitlab", "worker-3", 0),
+        ]
+    ]
+
+
+def audit_drift():
+    """(key, node) pairs whose count is not ledger rows + adjustments."""
+    drift = []
+    for row in KeyNode.objects.all():
+        placed = sum(
+            1
+            for label in Placement.objects.filter(node=row.node).values_list(
+                "label", flat=True
+            )
+            if row.key in split_pipeline_label(label)
+        )
+        adjusted = (
+            CountAdjustment.objects.filter(key=row.key, node=row.node).aggregate(
+                total=Sum("delta")
+            )["total"]
+            or 0
+        )
+        if row.count != placed + adjusted:
+            drift.append((row.key, row.node, row.count, placed, adjusted))
+    return drift
+
+
+def test_keynode_filters_by_key_node_and_count_range(admin_client):
+    make_rows()
+    url = "/admin/history/keynode/"
+    by_key = changelist_rows(admin_client.get(url, {"key": "jenkins"}))
+    assert [(k, n) for k, n, _ in by_key] == [
+        ("jenkins", "worker-1"),
+        ("jenkins", "worker-2"),
+    ]
+    by_node = changelist_rows(admin_client.get(url, {"node": "worker-1"}))
+    assert [(k, n) for k, n, _ in by_node] == [
+        ("jenkins", "worker-1"),
+        ("maven", "worker-1"),
+    ]
+    assert changelist_rows(admin_client.get(url, {"count_range": "10-99"})) == [
+        ("jenkins", "worker-2", 40)
+    ]
+    assert changelist_rows(admin_client.get(url, {"count_range": "0"})) == [
+        ("gitlab", "worker-3", 0)
+    ]
+
+
+def test_keynode_sorts_by_count(admin_client):
+    make_rows()
+    # Column 3 of list_display is count; "-" sorts descending.
+    response = admin_client.get("/admin/history/keynode/", {"o": "-3"})
+    counts = [count for _, _, count in changelist_rows(response)]
+    assert counts == sorted(counts, reverse=True)
+    assert counts[0] == 250
+
+
+def test_keynode_rows_link_to_placements_and_pipeline(admin_client):
+    KeyNode.objects.create(key="maven", node="worker-1", count=2)
+    response = admin_client.get("/admin/history/keynode/")
+    assert b"/admin/history/placement/?key=maven&amp;node=worker-1" in response.content
+    assert b"/admin/pipeline/?q=maven" in response.content
+
+
+def editable_post(rows, counts):
+    data = {
+        "form-TOTAL_FORMS": str(len(rows)),
+        "form-INITIAL_FORMS": str(len(rows)),
+        "form-MIN_NUM_FORMS": "0",
+        "form-MAX_NUM_FORMS": "1000",
+        "_save": "Save",
+    }
+    for index, (row, count) in enumerate(zip(rows, counts, strict=True)):
+        data[f"form-{index}-id"] = str(row.pk)
+        data[f"form-{index}-count"] = str(count)
+    return data
+
+
+def test_inline_count_edit_is_saved_recorded_and_logged(admin_client):
+    for uid, node in [("u1", "worker-1"), ("u2", "worker-1"), ("u3", "worker-1")]:
+        placement(uid, "jenkins", node)
+    placement("u4", "jenkins", "worker-2")
+    first = KeyNode.objects.get(key="jenkins", node="worker-1")
+    second = KeyNode.objects.get(key="jenkins", node="worker-2")
+    response = admin_client.post(
+        "/admin/history/keynode/", editable_post([first, second], [12, 1])
+    )
+    assert response.status_code == 302
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.count, second.count) == (12, 1)
+    adjustment = CountAdjustment.objects.get()
+    assert (adjustment.key, adjustment.node, adjustment.delta) == (
+        "jenkins",
+        "worker-1",
+        9,
+    )
+    assert adjustment.reason == CountAdjustment.Reason.ADMIN_EDIT
+    entry = LogEntry.objects.get(object_id=str(first.pk))
+    assert entry.user.username == "admin"
+    assert entry.get_change_message() == "Changed count from 3 to 12."
+    history = admin_client.get(f"/admin/history/keynode/{first.pk}/history/")
+    assert b"Changed count from 3 to 12." in history.content
+    assert audit_drift() == []
+
+
+def test_inline_count_edit_rejects_negative(admin_client):
+    row = KeyNode.objects.create(key="jenkins", node="worker-1", count=3)
+    response = admin_client.post("/admin/history/keynode/", editable_post([row], [-4]))
+    assert response.status_code == 200
+    assert b"greater than or equal to 0" in response.content
+    row.refresh_from_db()
+    assert row.count == 3
+    assert not CountAdjustment.objects.exists()
+
+
+def test_form_edit_is_logged_with_old_and_new(admin_client):
+    row = create_key_node(key="jenkins", node="worker-1", count=7, actor="setup")
+    admin_client.post(f"/admin/history/keynode/{row.pk}/change/", {"count": "2"})
+    entry = LogEntry.objects.get(object_id=str(row.pk))
+    assert entry.get_change_message() == "Changed count from 7 to 2."
+    assert audit_drift() == []
+
+
+def test_add_form_creates_row_with_adjustment(admin_client):
+    response = admin_client.post(
+        "/admin/history/keynode/add/",
+        {"key": "maven", "node": "worker-9", "count": "4"},
+    )
+    assert response.status_code == 302
+    row = KeyNode.objects.get(key="maven", node="worker-9")
+    assert row.count == 4
+    assert CountAdjustment.objects.get().delta == 4
+    entry = LogEntry.objects.get(object_id=str(row.pk))
+    assert entry.get_change_message() == "Added with count 4."
+
+
+def run_action(client, action, rows, **extra):
+    data = {"action": action, "_selected_action": [str(row.pk) for row in rows]}
+    data.update(extra)
+    return client.post("/admin/history/keynode/", data)
+
+
+def test_bulk_halve_and_reset_are_recorded(admin_client):
+    rows = make_rows()
+    placement("u1", "jenkins", "worker-1")
+    jenkins_1 = KeyNode.objects.get(key="jenkins", node="worker-1")
+    assert jenkins_1.count == 4
+    response = run_action(admin_client, "halve_counts", rows[:3])
+    assert response.status_code == 302
+    counts = dict(KeyNode.objects.values_list("node", "count").filter(key="jenkins"))
+    assert counts == {"worker-1": 2, "worker-2": 20}
+    assert KeyNode.objects.get(key="maven").count == 125
+    halved = LogEntry.objects.get(object_id=str(rows[1].pk))
+    assert halved.get_change_message() == "Halved count from 40 to 20 (bulk action)."
+
+    run_action(admin_client, "reset_counts", rows)
+    assert set(KeyNode.objects.values_list("count", flat=True)) == {0}
+    reasons = CountAdjustment.objects.exclude(actor="setup").values_list(
+        "reason", flat=True
+    )
+    assert sorted(reasons) == ["halved"] * 3 + ["reset"] * 3
+    # The row already at 0 has no adjustment and no log entry.
+    assert not LogEntry.objects.filter(object_id=str(rows[3].pk)).exists()
+    assert audit_drift() == []
+
+
+def test_bulk_delete_goes_through_services(admin_client):
+    rows = make_rows()
+    response = run_action(admin_client, "delete_selected", rows[:2], post="yes")
+    assert response.status_code == 302
+    assert not KeyNode.objects.filter(key="jenkins").exists()
+    deltas = sorted(
+        CountAdjustment.objects.filter(reason="deleted").values_list("delta", flat=True)
+    )
+    assert deltas == [-40, -3]
+
+
+def test_csv_export_of_the_selection(admin_client):
+    rows = make_rows()
+    response = run_action(admin_client, "export_csv", [rows[2], rows[0]])
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    lines = list(csv.reader(io.StringIO(response.content.decode())))
+    assert lines[0] == ["key", "node", "count", "last_placed_at", "updated"]
+    assert [line[:3] for line in lines[1:]] == [
+        ["jenkins", "worker-1", "3"],
+        ["maven", "worker-1", "250"],
+    ]
+
+
+def test_csv_cells_never_start_a_formula(admin_client):
+    row = KeyNode.objects.create(key="=cmd", node="worker-1", count=1)
+    response = run_action(admin_client, "export_csv", [row])
+    assert "'=cmd" in response.content.decode()
+
+
+# --- Viewers and anonymous users ------------------------------------------------------
+
+
+@pytest.fixture
+def viewer_client(client):
+    viewer = User.objects.create_user("viewer", password="s3cret-pass", is_staff=True)
+    viewer.groups.add(Group.objects.get(name="ks-scheduler viewers"))
+    client.login(username="viewer", password="s3cret-pass")
+    return client
+
+
+def test_viewer_sees_no_edit_controls(viewer_client):
+    row = KeyNode.objects.create(key="jenkins", node="worker-1", count=3)
+    response = viewer_client.get("/admin/history/keynode/")
+    assert response.status_code == 200
+    assert b'name="form-0-count"' not in response.content
+    assert b'name="_save"' not in response.content
+    assert b"/admin/history/keynode/add/" not in response.content
+    actions = [
+        name for name, _ in response.context["action_form"].fields["action"].choices
+    ]
+    assert actions == ["", "export_csv"]
+    detail = viewer_client.get(f"/admin/history/keynode/{row.pk}/change/")
+    assert detail.status_code == 200
+    assert b'name="count"' not in detail.content
+    assert b'name="_save"' not in detail.content
+
+
+def test_viewer_may_export_but_not_write(viewer_client):
+    row = KeyNode.objects.create(key="jenkins", node="worker-1", count=3)
+    exported = run_action(viewer_client, "export_csv", [row])
+    assert exported["Content-Type"].startswith("text/csv")
+    run_action(viewer_client, "reset_counts", [row])
+    run_action(viewer_client, "delete_selected", [row], post="yes")
+    viewer_client.post("/admin/history/keynode/", editable_post([row], [0]))
+    row.refresh_from_db()
+    assert row.count == 3
+    assert not CountAdjustment.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/",
+        "/admin/history/keynode/",
+        "/admin/history/placement/",
+        "/admin/pipeline/?q=maven",
+    ],
+)
+def test_anonymous_users_are_sent_to_login(client, url):
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+def test_staff_without_history_permission_cannot_open_pipeline(client):
+    User.objects.create_user("staff", password="s3cret-pass", is_staff=True)
+    client.login(username="staff", password="s3cret-pass")
+    assert client.get("/admin/pipeline/?q=maven").status_code == 403
+
+
+# --- Placement ledger -----------------------------------------------------------------
+
+
+def placement(uid, label, node, *, days_ago=0, finished=False):
+    record_placement(
+        pod_uid=uid,
+        namespace="ci",
+        name=f"pod-{uid}",
+        label=label,
+        node=node,
+        bound_at=timezone.now() - timedelta(days=days_ago),
+    )
+    if finished:
+        finish_placement(pod_uid=uid)
+
+
+def ledger(client, **params):
+    response = client.get("/admin/history/placement/", params)
+    assert response.status_code == 200
+    return sorted(p.pod_uid for p in response.context["cl"].result_list)
+
+
+def test_placement_ledger_filters_by_key_node_state_and_date(admin_client):
+    placement("a", "jenkins-java-maven", "worker-1")
+    placement("b", "jenkins-javascript", "worker-2", finished=True)
+    placement("c", "java", "worker-2", days_ago=40)
+    assert ledger(admin_client, key="java") == ["a", "c"]
+    assert ledger(admin_client, node="worker-2") == ["b", "c"]
+    assert ledger(admin_client, key="java", node="worker-2") == ["c"]
+    assert ledger(admin_client, active="yes") == ["a", "c"]
+    assert ledger(admin_client, active="no") == ["b"]
+    since = (timezone.now() - timedelta(days=7)).isoformat()
+    assert ledger(admin_client, bound_at__gte=since) == ["a", "b"]
+
+
+def test_placement_ledger_is_read_only(admin_client):
+    placement("a", "jenkins", "worker-1")
+    row = Placement.objects.get()
+    listing = admin_client.get("/admin/history/placement/")
+    assert b"/admin/history/placement/add/" not in listing.content
+    assert admin_client.get("/admin/history/placement/add/").status_code == 403
+    detail = admin_client.get(f"/admin/history/placement/{row.pk}/change/")
+    assert detail.status_code == 200
+    assert b'name="_save"' not in detail.content
+    assert b"/admin/pipeline/?q=jenkins" in listing.content
+
+
+# --- Overview and empty states --------------------------------------------------------
+
+
+def test_index_empty_state_says_what_to_check(admin_client):
+    response = admin_client.get("/admin/")
+    assert b'id="ks-empty-state"' in response.content
+    assert b"watch_pods" in response.content
+    assert b"ks-pipeline: &lt;value&gt;" in response.content
+    assert b"schedulerName: ks-scheduler" in response.content
+    assert b"No watcher has reported yet" in response.content
+
+
+def test_list_empty_state(admin_client):
+    assert b'id="ks-empty-state"' in admin_client.get("/admin/history/keynode/").content
+    KeyNode.objects.create(key="jenkins", node="worker-1", count=3)
+    assert (
+        b'id="ks-empty-state"'
+        not in admin_client.get("/admin/history/keynode/").content
+    )
+
+
+def test_index_overview_totals_busiest_and_watcher(admin_client):
+    placement("a", "jenkins-java", "worker-1")
+    placement("b", "jenkins-java", "worker-1")
+    placement("c", "jenkins-go", "worker-2", finished=True)
+    now = timezone.now()
+    WatchState.objects.create(
+        name="pods",
+        resource_version="1234",
+        last_event_at=now - timedelta(seconds=42),
+        heartbeat_at=now - timedelta(seconds=3),
+        relists=7,
+        events=99,
+    )
+    response = admin_client.get("/admin/")
+    body = response.content.decode()
+    assert 'id="ks-empty-state"' not in body
+    totals = response.context["totals"]
+    assert totals == {"keys": 3, "nodes": 2, "placements": 3, "active": 2}
+    assert [row["key"] for row in response.context["busiest_keys"]][:2] == [
+        "jenkins",
+        "java",
+    ]
+    nodes = response.context["busiest_nodes"]
+    assert (nodes[0]["node"], nodes[0]["total"], nodes[0]["active"]) == (
+        "worker-1",
+        4,
+        2,
+    )
+    assert "42 s ago" in body and "3 s ago" in body
+    assert "<td>7</td>" in body and "1234" in body
+    assert "No watcher has reported yet" not in body
+    expected = "SQLite file" if connection.vendor == "sqlite" else "PostgreSQL"
+    assert expected in response.context["database"]
+
+
+def test_stale_watcher_is_flagged(admin_client):
+    WatchState.objects.create(
+        name="pods", heartbeat_at=timezone.now() - timedelta(minutes=30)
+    )
+    assert b"30 min ago" in admin_client.get("/admin/").content
+    assert b"stale" in admin_client.get("/admin/").content
+
+
+# --- Pipeline page --------------------------------------------------------------------
+
+
+def chart_bars(content: bytes) -> dict[str, int]:
+    svg = re.search(rb"<svg id=\"pipeline-chart\".*?</svg>", content, re.S)
+    assert svg, "no chart on the page"
+    root = ElementTree.fromstring(svg.group(0))
+    namespace = "{http://www.w3.org/2000/svg}"
+    return {
+        group.get("data-node"): int(
+            group.find(f"{namespace}text[@class='bar-value']").text
+        )
+        for group in root.iter(f"{namespace}g")
+    }
+
+
+def test_pipeline_page_for_a_key(admin_client):
+    KeyNode.objects.create(key="maven", node="worker-1", count=5)
+    KeyNode.objects.create(key="maven", node="worker-2", count=12)
+    KeyNode.objects.create(key="gradle", node="worker-3", count=8)
+    NodeRecord.objects.create(name="worker-4", uid="u4")
+    placement("a", "jenkins-java-maven", "worker-2")
+    response = admin_client.get("/admin/pipeline/", {"q": "maven"})
+    assert response.status_code == 200
+    # worker-2 also got the placement: 12 + 1.
+    assert chart_bars(response.content) == {"worker-2": 13, "worker-1": 5}
+    scores = {row["node"]: row["score"] for row in response.context["scores"]}
+    assert set(scores) == {"worker-1", "worker-2", "worker-3", "worker-4"}
+    assert scores["worker-2"] >= scores["worker-1"] > scores["worker-3"]
+    assert scores["worker-3"] == scores["worker-4"]
+    assert [p.pod_uid for p in response.context["placements"]] == ["a"]
+
+
+def test_pipeline_page_for_a_full_label(admin_client):
+    KeyNode.objects.create(key="jenkins", node="worker-1", count=30)
+    KeyNode.objects.create(key="maven", node="worker-2", count=2)
+    placement("a", "jenkins-java-maven", "worker-3")
+    placement("b", "jenkins-java-gradle", "worker-3")
+    response = admin_client.get("/admin/pipeline/", {"q": "jenkins-java-maven"})
+    # Per node, the count of the most specific segment it has.
+    assert chart_bars(response.content) == {
+        "worker-1": 30,
+        "worker-2": 2,
+        "worker-3": 1,
+    }
+    explained = {
+        row["node"]: row["matched_segment"] for row in response.context["scores"]
+    }
+    assert explained == {
+        "worker-1": "jenkins",
+        "worker-2": "maven",
+        "worker-3": "maven",
+    }
+    assert [p.pod_uid for p in response.context["placements"]] == ["a"]
+
+
+def test_pipeline_page_without_history(admin_client):
+    response = admin_client.get("/admin/pipeline/")
+    assert b'id="ks-empty-state"' in response.content
+    response = admin_client.get("/admin/pipeline/", {"q": "maven"})
+    assert b'id="pipeline-no-counts"' in response.content
+    assert b'id="pipeline-chart"' not in response.content
+
+
+def test_pipeline_page_escapes_input(admin_client):
+    response = admin_client.get("/admin/pipeline/", {"q": "<script>x</script>"})
+    assert b"<script>x</script>" not in response.content
+
+
+def test_viewer_can_open_pipeline_page(viewer_client):
+    KeyNode.objects.create(key="maven", node="worker-1", count=5)
+    response = viewer_client.get("/admin/pipeline/", {"q": "maven"})
+    assert chart_bars(response.content) == {"worker-1": 5}
+
+
+# --- Bootstrap ------------------------------------------------------------------------
+
+
+def test_superuser_bootstrap_from_environment(client, monkeypatch):
+    monkeypatch.setenv("DJANGO_SUPERUSER_USERNAME", "ops")
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "a-long-pass-phrase-42")
+    monkeypatch.setenv("DJANGO_SUPERUSER_EMAIL", "ops@example.com")
+    call_command("createsuperuser", interactive=False, stdout=io.StringIO())
+    user = User.objects.get(username="ops")
+    assert user.is_superuser and user.email == "ops@example.com"
+    assert client.login(username="ops", password="a-long-pass-phrase-42")
+    assert client.get("/admin/").status_code == 200

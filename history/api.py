@@ -1,0 +1,167 @@
+"""The read-only history API: keys, per-node counts and the placement ledger.
+
+For scripts and dashboards. Every view needs an authenticated user (session or
+`Authorization: Token ...`) with the view permission on the history models; nothing
+here writes. The extender routes are separate and unauthenticated.
+"""
+
+import django_filters
+from django.db.models import Q
+from django_filters.rest_framework import DjangoFilterBackend
+from rest_framework import generics, serializers
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import BasePermission
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+
+from history import services
+from history.models import KeyNode, Placement
+
+
+class HistoryViewPermission(BasePermission):
+    """Authenticated users holding the view permission on the history models."""
+
+    message = "You need the view permission on pipeline history."
+    required = ("history.view_keynode", "history.view_placement")
+
+    def has_permission(self, request, view):
+        user = request.user
+        return bool(
+            user and user.is_authenticated and user.is_active
+        ) and user.has_perms(self.required)
+
+
+class HistoryPagination(PageNumberPagination):
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+
+class HistoryAPIView(generics.ListAPIView):
+    """Base of the history views: auth, permission, renderers, pagination."""
+
+    # Token first: an anonymous request gets 401 with `WWW-Authenticate: Token`.
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [HistoryViewPermission]
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
+    pagination_class = HistoryPagination
+
+
+class KeyTotalSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    total = serializers.IntegerField(help_text="Sum of the counts over all nodes.")
+    nodes = serializers.IntegerField(help_text="Number of nodes with a row.")
+    last_placed_at = serializers.DateTimeField(allow_null=True)
+
+
+class KeyNodeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = KeyNode
+        fields = ["key", "node", "count", "last_placed_at", "created", "updated"]
+
+
+class PlacementSerializer(serializers.ModelSerializer):
+    active = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Placement
+        fields = [
+            "pod_uid",
+            "namespace",
+            "name",
+            "label",
+            "node",
+            "bound_at",
+            "finished_at",
+            "active",
+            "warmth",
+            "resource_version",
+        ]
+
+    def get_active(self, obj) -> bool:
+        return obj.finished_at is None
+
+
+class KeyFilter(django_filters.FilterSet):
+    search = django_filters.CharFilter(
+        field_name="key", lookup_expr="icontains", help_text="Part of the key."
+    )
+
+
+class KeyListView(HistoryAPIView):
+    """Distinct keys with their total count and node count, busiest first."""
+
+    serializer_class = KeyTotalSerializer
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = KeyFilter
+
+    def get_queryset(self):
+        return services.key_totals()
+
+
+class KeyNodeListView(HistoryAPIView):
+    """The rows of one key: one per node, highest count first."""
+
+    serializer_class = KeyNodeSerializer
+
+    def get_queryset(self):
+        rows = KeyNode.objects.filter(key=self.kwargs["key"]).order_by("-count", "node")
+        if not rows.exists():
+            raise NotFound(f"No history for key {self.kwargs['key']!r}.")
+        return rows
+
+
+class PlacementFilter(django_filters.FilterSet):
+    key = django_filters.CharFilter(
+        method="filter_key", help_text="A key: label contains it as a whole segment."
+    )
+    node = django_filters.CharFilter(field_name="node")
+    namespace = django_filters.CharFilter(field_name="namespace")
+    label = django_filters.CharFilter(field_name="label", help_text="Exact label.")
+    since = django_filters.IsoDateTimeFilter(
+        field_name="bound_at", lookup_expr="gte", help_text="Bound at or after."
+    )
+    until = django_filters.IsoDateTimeFilter(
+        field_name="bound_at", lookup_expr="lt", help_text="Bound before."
+    )
+    active = django_filters.BooleanFilter(
+        method="filter_active", help_text="true: still running; false: finished."
+    )
+
+    class Meta:
+        model = Placement
+        fields = ["key", "node", "namespace", "label", "since", "until", "active"]
+
+    def filter_key(self, queryset, name, value):
+        segment = services.placements_with_key(key=value)
+        return queryset.filter(pk__in=segment.values("pk"))
+
+    def filter_active(self, queryset, name, value):
+        return queryset.filter(Q(finished_at__isnull=value))
+
+
+class PlacementListView(HistoryAPIView):
+    """The placement ledger, newest first, filtered by key, node, label, date."""
+
+    serializer_class = PlacementSerializer
+    queryset = Placement.objects.order_by("-bound_at", "-pk")
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = PlacementFilter
+
+
+def only_api_paths(endpoints):
+    """drf-spectacular hook: the schema documents the history API only."""
+    return [endpoint for endpoint in endpoints if endpoint[0].startswith("/api/")]
+
+
+def schema_settings() -> dict:
+    from django.conf import settings
+
+    return {
+        "TITLE": "ks-scheduler history API",
+        "DESCRIPTION": "Read-only pipeline history: keys, counts per node, placements.",
+        "VERSION": settings.KSSCHED_VERSION,
+        "PREPROCESSING_HOOKS": ["history.api.only_api_paths"],
+        "SERVE_INCLUDE_SCHEMA": False,
+    }

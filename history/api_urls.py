@@ -1,0 +1,23 @@
+"""Routes of the read-only history API, mounted at /api/ by kssched/urls.py."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.permissions import IsAuthenticated
+
+from history import api
+
+urlpatterns = [
+    path("keys/", api.KeyListView.as_view(), name="api-keys"),
+    path("keys/<str:key>/nodes/", api.KeyNodeListView.as_view(), name="api-key-nodes"),
+    path("placements/", api.PlacementListView.as_view(), name="api-placements"),
+    path(
+        "schema/",
+        SpectacularAPIView.as_view(
+            authentication_classes=[TokenAuthentication, SessionAuthentication],
+            permission_classes=[IsAuthenticated],
+            custom_settings=api.schema_settings(),
+        ),
+        name="api-schema",
+    ),
+]
