@@ -152,7 +152,11 @@ class PlacementListView(HistoryAPIView):
 
 def only_api_paths(endpoints):
     """drf-spectacular hook: the schema documents the history API only."""
-    return [endpoint for endpoint in endpoints if endpoint[0].startswith("/api/")]
+    return [
+        endpoint
+        for endpoint in endpoints
+        if endpoint[0].startswith("/api/") and endpoint[0] != "/api/schema/"
+    ]
 
 
 def schema_settings() -> dict:
@@ -163,5 +167,4 @@ def schema_settings() -> dict:
         "DESCRIPTION": "Read-only pipeline history: keys, counts per node, placements.",
         "VERSION": settings.KSSCHED_VERSION,
         "PREPROCESSING_HOOKS": ["history.api.only_api_paths"],
-        "SERVE_INCLUDE_SCHEMA": False,
     }
