@@ -68,7 +68,10 @@ class PipelinePriorityView(ExtenderView):
             label,
             (time.perf_counter() - started) * 1000,
         )
-        return Response(host_priority_list(nodes, scores))
+        response = Response(host_priority_list(nodes, scores))
+        # For the score metrics (kssched.metrics): the plain list is cheap to tally.
+        response.scores = scores
+        return response
 
 
 class ExplainView(ExtenderView):

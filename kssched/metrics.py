@@ -16,7 +16,6 @@ import hmac
 import logging
 import os
 from collections import Counter as _Tally
-from operator import itemgetter
 
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
@@ -88,7 +87,6 @@ _REASONS = {
     415: "unsupported_media_type",
     500: "server_error",
 }
-_score_of = itemgetter("Score")
 
 
 def observe_extender_request(request, response, seconds: float) -> None:
@@ -102,13 +100,17 @@ def observe_extender_request(request, response, seconds: float) -> None:
     if response.status_code != 200:
         ERRORS.labels(verb, _error_reason(request, response.status_code)).inc()
         return
+    scores = getattr(response, "scores", None)
+    if scores is not None:
+        # Prioritize: the view hands over its plain list of scores.
+        REQUEST_NODES.labels(verb).observe(len(scores))
+        for score, count in _tally(scores).items():
+            SCORES.labels(str(score)).inc(count)
+        return
     data = getattr(response, "data", None)
     if isinstance(data, list):
-        # Prioritize: a HostPriorityList.
+        # Another HostPriorityList-shaped answer: count its nodes only.
         REQUEST_NODES.labels(verb).observe(len(data))
-        if verb.startswith("priorities/") and data and "Score" in data[0]:
-            for score, count in _Tally(map(_score_of, data)).items():
-                SCORES.labels(str(score)).inc(count)
     elif isinstance(data, dict) and ("NodeNames" in data or "Nodes" in data):
         # Filter: nodes passed back, as names or as a NodeList.
         names = data.get("NodeNames")
@@ -116,6 +118,16 @@ def observe_extender_request(request, response, seconds: float) -> None:
             nodes = data.get("Nodes")
             names = nodes.get("items") if isinstance(nodes, dict) else None
         REQUEST_NODES.labels(verb).observe(len(names or ()))
+
+
+def _tally(scores: list[int]) -> dict[int, int]:
+    """How often each score occurs. Scores are 0..10, so a bytes object counts them
+    in C (a few microseconds for 5000 nodes); anything else falls back to Counter."""
+    try:
+        packed = bytes(scores)
+    except (TypeError, ValueError):
+        return dict(_Tally(scores))
+    return {score: count for score in range(11) if (count := packed.count(score))}
 
 
 def extender_verb(request) -> str:
