@@ -260,12 +260,16 @@ class PlacementAdmin(ReadOnlyAdmin):
         "node",
         "bound_at",
         "finished_at",
-        "warmth",
+        "warmth_short",
     )
     list_filter = (KeyFilter, NodeFilter, ActiveFilter, "warmth", "bound_at")
     search_fields = ("pod_uid", "name", "namespace", "label", "node")
     date_hierarchy = "bound_at"
     list_per_page = 100
+
+    @admin.display(description="warmth", ordering="warmth")
+    def warmth_short(self, obj):
+        return obj.warmth or "-"
 
     @admin.display(description="label", ordering="label")
     def label_link(self, obj):

@@ -1,0 +1,337 @@
+"""The admin in a real headless Chromium against a live test server.
+
+Debian's chromium, driven by Playwright's sync API (no downloaded browsers). Each test
+logs in through the login form like a person would and checks the database after
+acting. Screenshots of the main pages go to docs/screenshots/ (or
+KSSCHED_SCREENSHOT_DIR) so a reviewer can look without running anything.
+"""
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.utils import timezone
+
+from history.models import KeyNode, NodeRecord, WatchState
+from history.services import (
+    create_key_node,
+    finish_placement,
+    record_placement,
+    split_pipeline_label,
+)
+from tests.conftest import IS_CI, REPO
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls made here
+# between browser steps are still plain synchronous calls.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = Path(os.environ.get("KSSCHED_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(
+    os.environ.get("KSSCHED_SCREENSHOT_DIR", REPO / "docs" / "screenshots")
+)
+PASSWORD = "a-long-browser-pass-42"
+
+pytestmark = [
+    pytest.mark.browser,
+    # Transactional: the live server thread must see the test's rows. Serialized
+    # rollback restores the viewer group the data migration made after each flush.
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.skipif(
+        not CHROMIUM.exists() and not IS_CI,
+        reason=f"{CHROMIUM} is not installed",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1600, "height": 900})
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def login(page, live_server, username, next_path="/admin/"):
+    page.goto(f"{live_server.url}/admin/login/?next={next_path}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{live_server.url}{next_path}")
+
+
+def screenshot(page, name):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+
+
+@pytest.fixture
+def superuser():
+    return User.objects.create_superuser("admin", "admin@example.com", PASSWORD)
+
+
+@pytest.fixture
+def viewer():
+    user = User.objects.create_user("viewer", password=PASSWORD, is_staff=True)
+    user.groups.add(Group.objects.get(name="ks-scheduler viewers"))
+    return user
+
+
+PIPELINES = {
+    # label: [(node, pods placed), ...]
+    "jenkins-java-maven": [("worker-a1", 14), ("worker-a2", 6), ("worker-b1", 2)],
+    "jenkins-java-gradle": [("worker-a2", 9), ("worker-b2", 3)],
+    "jenkins-python-pytest": [("worker-b1", 5), ("worker-b3", 4)],
+    "gitlab-go-build": [("worker-c1", 8), ("worker-a1", 1)],
+}
+NODES = ["worker-a1", "worker-a2", "worker-b1", "worker-b2", "worker-b3", "worker-c1"]
+
+
+@pytest.fixture
+def cluster_history():
+    """A small cluster's worth of history, recorded the way the watcher records it."""
+    now = timezone.now()
+    number = 0
+    for label, placements in PIPELINES.items():
+        for node, pods in placements:
+            for index in range(pods):
+                number += 1
+                uid = f"uid-{number:04d}"
+                record_placement(
+                    pod_uid=uid,
+                    namespace="ci",
+                    name=f"{label}-{number}",
+                    label=label,
+                    node=node,
+                    bound_at=now - timedelta(minutes=37 * number),
+                )
+                # The older pods have finished; the newest of each run still run.
+                if index >= 2:
+                    finish_placement(pod_uid=uid, finished_at=now)
+    for node in NODES:
+        NodeRecord.objects.create(name=node, uid=f"{node}-uid")
+    create_key_node(key="legacy", node="worker-b3", count=0, actor="admin")
+    WatchState.objects.create(
+        name="pods",
+        resource_version="48213",
+        last_event_at=now - timedelta(seconds=12),
+        heartbeat_at=now - timedelta(seconds=4),
+        relists=2,
+        events=number,
+        holder="ks-scheduler-0",
+    )
+
+
+def table_rows(page):
+    """(key, node, count text) of the KeyNode change list as shown."""
+    rows = []
+    for row in page.locator("#result_list tbody tr").all():
+        cells = row.locator("th, td")
+        key = row.locator("th.field-key").inner_text().strip()
+        node = row.locator("td.field-node").inner_text().strip()
+        count_input = row.locator("td.field-count input")
+        if count_input.count():
+            count = count_input.input_value()
+        else:
+            count = row.locator("td.field-count").inner_text().strip()
+        assert cells.count() > 3
+        rows.append((key, node, count))
+    return rows
+
+
+def test_anonymous_users_are_sent_to_login(page, live_server):
+    for path in ("/admin/", "/admin/history/keynode/", "/admin/pipeline/?q=maven"):
+        page.goto(f"{live_server.url}{path}")
+        assert page.url.startswith(f"{live_server.url}/admin/login/")
+        assert page.locator("#id_username").is_visible()
+
+
+def test_login_shows_the_overview(page, live_server, superuser, cluster_history):
+    login(page, live_server, "admin")
+    assert page.locator("#ks-overview").is_visible()
+    assert page.locator("#ks-total-placements").inner_text() == str(
+        sum(pods for rows in PIPELINES.values() for _, pods in rows)
+    )
+    assert page.locator("#ks-empty-state").count() == 0
+    watcher = page.locator("#ks-watcher").inner_text()
+    assert "48213" in watcher and "ks-scheduler-0" in watcher
+    assert "SQLite" in page.locator("#ks-database").inner_text() or "PostgreSQL" in (
+        page.locator("#ks-database").inner_text()
+    )
+    busiest = page.locator("#ks-busiest-keys tbody tr").first.inner_text()
+    assert busiest.startswith("jenkins")
+    screenshot(page, "admin-index.png")
+
+
+def test_empty_history_says_what_to_check(page, live_server, superuser):
+    login(page, live_server, "admin")
+    empty = page.locator("#ks-empty-state").inner_text()
+    assert "watch_pods" in empty
+    assert "ks-pipeline: <value>" in empty
+    assert "schedulerName: ks-scheduler" in empty
+
+
+def test_search_and_filter_keynodes(page, live_server, superuser, cluster_history):
+    login(page, live_server, "admin", "/admin/history/keynode/")
+    page.fill("#searchbar", "pytest")
+    page.press("#searchbar", "Enter")
+    page.wait_for_url("**/?q=pytest")
+    assert table_rows(page) == [
+        ("pytest", "worker-b1", "5"),
+        ("pytest", "worker-b3", "4"),
+    ]
+    page.goto(f"{live_server.url}/admin/history/keynode/")
+    page.locator("#changelist-filter").get_by_role("link", name="worker-c1").click()
+    page.wait_for_url("**node=worker-c1**")
+    assert {key for key, _, _ in table_rows(page)} == {"gitlab", "go", "build"}
+    page.goto(f"{live_server.url}/admin/history/keynode/?key=java&o=-3")
+    shown = table_rows(page)
+    assert [node for _, node, _ in shown] == [
+        "worker-a2",
+        "worker-a1",
+        "worker-b2",
+        "worker-b1",
+    ]
+    page.goto(f"{live_server.url}/admin/history/keynode/?o=-3")
+    counts = [int(count) for _, _, count in table_rows(page)]
+    assert counts == sorted(counts, reverse=True)
+    screenshot(page, "keynode-list.png")
+
+
+def test_inline_count_edit_is_saved(page, live_server, superuser, cluster_history):
+    login(page, live_server, "admin", "/admin/history/keynode/?key=maven")
+    row = page.locator("#result_list tbody tr", has_text="worker-a1")
+    row.locator("td.field-count input").fill("30")
+    page.click("input[name=_save]")
+    page.wait_for_selector("ul.messagelist")
+    assert "changed successfully" in page.locator("ul.messagelist").inner_text()
+    assert KeyNode.objects.get(key="maven", node="worker-a1").count == 30
+    page.goto(f"{live_server.url}/admin/history/keynode/?key=maven")
+    row = page.locator("#result_list tbody tr", has_text="worker-a1")
+    assert row.locator("td.field-count input").input_value() == "30"
+    row.locator("th.field-key a").click()
+    page.click("a.historylink")
+    assert (
+        "Changed count from 14 to 30." in page.locator("#change-history").inner_text()
+    )
+
+
+def test_inline_negative_count_is_refused(
+    page, live_server, superuser, cluster_history
+):
+    login(page, live_server, "admin", "/admin/history/keynode/?key=maven")
+    row = page.locator("#result_list tbody tr", has_text="worker-a1")
+    row.locator("td.field-count input").fill("-3")
+    page.click("input[name=_save]")
+    page.wait_for_selector(".errornote")
+    assert KeyNode.objects.get(key="maven", node="worker-a1").count == 14
+
+
+def test_bulk_halve(page, live_server, superuser, cluster_history):
+    login(page, live_server, "admin", "/admin/history/keynode/?key=java")
+    before = dict(KeyNode.objects.filter(key="java").values_list("node", "count"))
+    for node in ("worker-a1", "worker-a2"):
+        row = page.locator("#result_list tbody tr", has_text=node)
+        row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "halve_counts")
+    page.click("button[name=index]")
+    page.wait_for_selector("ul.messagelist")
+    after = dict(KeyNode.objects.filter(key="java").values_list("node", "count"))
+    assert after == {
+        **before,
+        "worker-a1": before["worker-a1"] // 2,
+        "worker-a2": before["worker-a2"] // 2,
+    }
+
+
+def test_pipeline_page_chart(page, live_server, superuser, cluster_history):
+    label = "jenkins-java-maven"
+    keys = split_pipeline_label(label)
+    # Per node, the count of the most specific segment it has: what the score uses.
+    expected = {}
+    for node in NODES:
+        for key in reversed(keys):
+            row = KeyNode.objects.filter(key=key, node=node, count__gt=0).first()
+            if row:
+                expected[node] = row.count
+                break
+    login(page, live_server, "admin", "/admin/")
+    page.goto(f"{live_server.url}/admin/history/keynode/?key=maven")
+    row = page.locator("#result_list tbody tr", has_text="worker-a1")
+    row.get_by_role("link", name="pipeline").click()
+    page.wait_for_url("**/admin/pipeline/?q=maven")
+    page.fill("#pipeline-q", label)
+    page.press("#pipeline-q", "Enter")
+    page.wait_for_url(f"**q={label}")
+    bars = page.locator("#pipeline-chart g.bar")
+    assert bars.count() == len(expected)
+    shown = {}
+    for bar in bars.all():
+        node = bar.get_attribute("data-node")
+        value = bar.locator("text.bar-value").text_content()
+        assert bar.locator("title").text_content().startswith(f"{node}: {value} ")
+        assert float(bar.locator("rect").get_attribute("width")) > 0
+        shown[node] = int(value)
+    assert shown == expected
+    widths = [float(r.get_attribute("width")) for r in bars.locator("rect").all()]
+    assert widths == sorted(widths, reverse=True)
+    scores = page.locator("#pipeline-scores tbody tr")
+    assert scores.count() == len(NODES)
+    assert page.locator("#pipeline-placements tbody tr").count() == 22
+    screenshot(page, "pipeline.png")
+
+
+def test_placement_ledger(page, live_server, superuser, cluster_history):
+    login(page, live_server, "admin", "/admin/history/keynode/?key=gradle")
+    row = page.locator("#result_list tbody tr", has_text="worker-b2")
+    row.get_by_role("link", name="placements").click()
+    page.wait_for_url("**/admin/history/placement/?**")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 3
+    for text in rows.all_inner_texts():
+        assert "jenkins-java-gradle" in text and "worker-b2" in text
+    assert page.locator(".object-tools a.addlink").count() == 0
+    page.goto(f"{live_server.url}/admin/history/placement/?active=yes")
+    screenshot(page, "placement-list.png")
+
+
+def test_viewer_sees_no_edit_controls(page, live_server, viewer, cluster_history):
+    login(page, live_server, "viewer", "/admin/history/keynode/")
+    assert page.locator("#result_list tbody tr").count() > 0
+    assert page.locator("#result_list input[name$='-count']").count() == 0
+    assert page.locator("input[name=_save]").count() == 0
+    assert page.locator(".object-tools a.addlink").count() == 0
+    options = page.locator("select[name=action] option").evaluate_all(
+        "options => options.map(o => o.value)"
+    )
+    assert options == ["", "export_csv"]
+    page.locator("#result_list tbody tr th.field-key a").first.click()
+    assert page.locator("input[type=submit]").count() == 0
+    assert page.locator("input[name=count]").count() == 0
+    assert page.locator("a.deletelink").count() == 0
+    page.goto(f"{live_server.url}/admin/pipeline/?q=maven")
+    assert page.locator("#pipeline-chart g.bar").count() == 3
