@@ -8,6 +8,7 @@ functions instead of repeating ORM code. Counts only ever move through atomic SQ
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -185,11 +186,15 @@ def best_matches(
 
     `keys` run from general to specific. Returns {node: (index into keys, count)} for
     the nodes among `nodes` that have a row with count > 0 for any key; counts are
-    clamped at 999999. One query, one row per node: the database picks the most
+    clamped at 999999. On SQLite, outside a transaction, the answer comes from this
+    thread's `history.matchcache.MatchCache`, brought up to date from the ledger
+    first. Otherwise one query, one row per node: the database picks the most
     specific key per node, so no per-row work is left to Python.
     """
     if not keys or not nodes:
         return {}
+    if connection.vendor == "sqlite" and not connection.in_atomic_block:
+        return _match_cache().best_matches(keys, nodes)
     table = KeyNode._meta.db_table
     # Later occurrences win: a segment repeated in a label counts at its most
     # specific position.
@@ -233,6 +238,19 @@ def best_matches(
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return {node: divmod(packed, _PACK) for node, packed in rows}
+
+
+_MATCH_CACHES = threading.local()
+
+
+def _match_cache():
+    """This thread's MatchCache (Django connections are per thread too)."""
+    cache = getattr(_MATCH_CACHES, "cache", None)
+    if cache is None:
+        from history.matchcache import MatchCache
+
+        cache = _MATCH_CACHES.cache = MatchCache(clamp=_COUNT_CLAMP)
+    return cache
 
 
 def create_key_node(*, key: str, node: str, count: int, actor: str) -> KeyNode:

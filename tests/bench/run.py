@@ -259,7 +259,10 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def server_env(workdir: Path) -> dict:
+    # As the shipped manifests run it: metrics shared by the workers through files.
+    metrics_dir = workdir / "prometheus"
     env = {
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": str(REPO),
         "SECRET_KEY": "bench-secret-key-not-for-production-0123456789",
@@ -418,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     vendor = prepare_database(env)
     app, app_port = start_gunicorn("kssched.wsgi", env, workdir / "app.log")
     floor_env = {k: v for k, v in env.items() if k != "DATABASE_URL"}
+    floor_env["PROMETHEUS_MULTIPROC_DIR"] = str(workdir / "prometheus-floor")
     floor, floor_port = start_gunicorn(
         "tests.bench.floor:application", floor_env, workdir / "floor.log"
     )
