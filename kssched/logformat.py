@@ -6,6 +6,7 @@ traceback or a message with newlines stays inside its record's JSON string.
 
 import json
 import logging
+import logging.config
 from datetime import UTC, datetime
 
 # Attributes every LogRecord has; anything else was passed with `extra=` and is kept.
@@ -41,3 +42,10 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             entry["stack_info"] = self.formatStack(record.stack_info)
         return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+def configure(config: dict) -> None:
+    """LOGGING_CONFIG: apply the LOGGING dict, and send Python warnings (deprecations,
+    library notices) through logging, so they come out in the chosen format too."""
+    logging.config.dictConfig(config)
+    logging.captureWarnings(True)

@@ -115,9 +115,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "KSSCHED_TEST_DATABASE", default=str(DATA_PATH.parent / "test.db")
         )
     }
-    # Opening a connection and running the PRAGMAs costs about 0.5 ms, as much as
-    # a whole prioritize call for 100 nodes: each worker keeps its connection.
-    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=600)
 else:
     # Reuse connections between requests; the watcher closes stale ones itself.
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
@@ -252,6 +249,7 @@ if KSSCHED_LOG_FORMAT not in ("text", "json"):
     raise environ.ImproperlyConfigured(
         f"KSSCHED_LOG_FORMAT must be 'text' or 'json', not {KSSCHED_LOG_FORMAT!r}."
     )
+LOGGING_CONFIG = "kssched.logformat.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
