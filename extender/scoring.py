@@ -64,8 +64,15 @@ def seed_scores(
 #   most and a node with 500 runs is barely ahead of one with 10. Nodes that are all
 #   "warm enough" then tie, and kube-scheduler's own resource scores spread the load.
 # * anti-hotspot: each active pod of the same label on a node takes
-#   `hotspot_penalty` points off, never below the cold score, so a fan-out of N
-#   parallel jobs spreads over the warm nodes before it piles onto one.
+#   `hotspot_penalty` points off, but never below the low end of the node's band, so
+#   a fan-out of N parallel jobs spreads over the equally warm nodes first and still
+#   prefers a busy exact-warm node to a partially warm one.
+# * load: each active pipeline pod (any label) a node runs above the mean of the
+#   candidate nodes takes `load_penalty` points off, down to the cold score. Without
+#   it every warm node keeps attracting more work (the extender's 10 points x
+#   weight outweigh kube-scheduler's resource scores) and the busiest node ends up
+#   with twice the mean load; with it a busy warm node loses to an idle one, which
+#   becomes warm in turn. `manage.py simulate` shows the trade-off.
 # * policy: a key may be opted out (every node 0, as for an unlabelled pod), weighted
 #   (the bonus above the cold score is multiplied) and have nodes pinned (10) or
 #   banned (0). The most specific segment with a rule decides.
@@ -73,11 +80,18 @@ def seed_scores(
 
 @dataclass(frozen=True)
 class WarmRules:
-    """Tunables of the `warm` strategy (defaults chosen with `manage.py simulate`)."""
+    """Tunables of the `warm` strategy, chosen with `manage.py simulate`.
+
+    Across the documented scenarios and seeds, load_penalty 3 keeps the busiest node
+    within 1.25x the mean load while exact hits stay above `seed`; 4 balances more
+    but loses exact hits on hot fan-out pipelines, 2 or less lets hot nodes run to
+    1.3x-1.5x. saturation 1 puts a node with one recent run halfway up its band.
+    """
 
     saturation: float = 1.0
     hotspot_penalty: int = 2
     min_weight: float = 0.1
+    load_penalty: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -154,21 +168,35 @@ def _warm_node(
     segments: int,
     best: tuple[int, str, int, float] | None,
     active: int,
+    excess: float,
     policy: Policy,
     rules: WarmRules,
 ) -> dict:
     """Every step of one node's `warm` score, as a dict (see `warm_explain`)."""
     index, key, count, weight = best if best else (None, None, 0, 0.0)
     if index is None:
-        base = NO_HISTORY_SCORE
+        base = low = NO_HISTORY_SCORE
     else:
         low, high = warm_band(index=index, segments=segments)
         base = low + round(weight / (weight + rules.saturation) * (high - low))
-    score = base
+    score, floor = base, low
     if policy.weight != 1.0:
-        bonus = (base - NO_HISTORY_SCORE) * policy.weight
-        score = max(MIN_SCORE, min(MAX_SCORE, NO_HISTORY_SCORE + round(bonus)))
-    penalty = min(rules.hotspot_penalty * active, max(0, score - NO_HISTORY_SCORE))
+        score, floor = (
+            max(
+                MIN_SCORE,
+                min(MAX_SCORE, NO_HISTORY_SCORE + round(value * policy.weight)),
+            )
+            for value in (base - NO_HISTORY_SCORE, low - NO_HISTORY_SCORE)
+        )
+    # Same-label pods only reorder nodes within their band: a busy exact-warm node
+    # still beats every partially warm one, so a fan-out stays on warm caches.
+    hotspot = min(rules.hotspot_penalty * active, max(0, score - floor))
+    # Load above the mean may take a node down to the cold score: cold, idle nodes
+    # then win on kube-scheduler's resource scores and become warm in turn.
+    load = min(
+        round(rules.load_penalty * excess), max(0, score - hotspot - NO_HISTORY_SCORE)
+    )
+    penalty = hotspot + load
     score -= penalty
     applied = None
     if policy.source is not None and policy.weight != 1.0:
@@ -185,11 +213,22 @@ def _warm_node(
         "raw_count": count,
         "decayed_weight": round(weight, 4),
         "active_pods": active,
+        "excess_load": round(excess, 2),
         "base_score": base,
+        "hotspot_penalty": hotspot,
+        "load_penalty": load,
         "penalty": penalty,
         "policy": applied,
         "score": score,
     }
+
+
+def _excess_load(busy: Mapping[str, int] | None, nodes: Sequence[str], rules):
+    """node -> how many more active pipeline pods it runs than the mean of `nodes`."""
+    if not busy or not rules.load_penalty or not nodes:
+        return lambda node: 0.0
+    mean = sum(busy.get(node, 0) for node in nodes) / len(nodes)
+    return lambda node: max(0.0, busy.get(node, 0) - mean)
 
 
 def warm_explain(
@@ -200,13 +239,15 @@ def warm_explain(
     policy: Policy,
     nodes: Sequence[str],
     rules: WarmRules,
+    busy: Mapping[str, int] | None = None,
 ) -> list[dict]:
     """Each node's `warm` score and how it came about, one dict per node, in order.
 
     `history` maps a node to its (key, raw count, weight at now) rows for `keys`;
     `active` maps a node to the active pods of the same label. Keys of each dict:
     node, matched_segment, segment_index, raw_count, decayed_weight, active_pods,
-    base_score, penalty, policy, score.
+    excess_load (active pipeline pods above the mean of `nodes`, from `busy`),
+    base_score, hotspot_penalty, load_penalty, penalty (their sum), policy, score.
     """
     if not keys or not policy.enabled:
         reason = None if not keys else f"opted out ({policy.source})"
@@ -218,7 +259,10 @@ def warm_explain(
                 "raw_count": 0,
                 "decayed_weight": 0.0,
                 "active_pods": active.get(node, 0),
+                "excess_load": 0.0,
                 "base_score": MIN_SCORE,
+                "hotspot_penalty": 0,
+                "load_penalty": 0,
                 "penalty": 0,
                 "policy": reason,
                 "score": MIN_SCORE,
@@ -226,12 +270,14 @@ def warm_explain(
             for node in nodes
         ]
     positions = {key: index for index, key in enumerate(keys)}
+    excess = _excess_load(busy, nodes, rules)
     return [
         _warm_node(
             node=node,
             segments=len(keys),
             best=_best_segment(history.get(node, ()), positions, rules.min_weight),
             active=active.get(node, 0),
+            excess=excess(node),
             policy=policy,
             rules=rules,
         )
@@ -247,6 +293,7 @@ def warm_scores(
     policy: Policy,
     nodes: Sequence[str],
     rules: WarmRules,
+    busy: Mapping[str, int] | None = None,
 ) -> list[int]:
     """The `warm` scores of `nodes`, in order (the `score` of `warm_explain`).
 
@@ -256,6 +303,7 @@ def warm_scores(
     if not keys or not policy.enabled:
         return [MIN_SCORE] * len(nodes)
     positions = {key: index for index, key in enumerate(keys)}
+    excess = _excess_load(busy, nodes, rules)
     wanted = set(nodes)
     special = (set(history) | set(active) | set(policy.nodes)) & wanted
     cold = _warm_node(
@@ -263,6 +311,7 @@ def warm_scores(
         segments=len(keys),
         best=None,
         active=0,
+        excess=0.0,
         policy=policy,
         rules=rules,
     )["score"]
@@ -272,6 +321,7 @@ def warm_scores(
             segments=len(keys),
             best=_best_segment(history.get(node, ()), positions, rules.min_weight),
             active=active.get(node, 0),
+            excess=excess(node),
             policy=policy,
             rules=rules,
         )["score"]

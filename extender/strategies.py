@@ -21,7 +21,7 @@ from extender.scoring import (
     warm_scores,
 )
 from history.services import (
-    active_pods_by_node,
+    active_pods,
     best_matches,
     decayed_weight,
     half_life_seconds,
@@ -90,7 +90,13 @@ class WarmStrategy:
         """The plain data `warm_scores` and `warm_explain` take, from the database."""
         keys = split_pipeline_label(label)
         if not keys:
-            return {"keys": [], "history": {}, "active": {}, "policy": NO_POLICY}
+            return {
+                "keys": [],
+                "history": {},
+                "active": {},
+                "busy": {},
+                "policy": NO_POLICY,
+            }
         now = time.time() if now is None else now
         half_life = half_life_seconds()
         history = {
@@ -108,10 +114,12 @@ class WarmStrategy:
             for node, rows in key_node_history(keys=keys, nodes=nodes).items()
         }
         key_policies, node_policies = scoring_policies(keys=keys)
+        active, busy = active_pods(label=label)
         return {
             "keys": keys,
             "history": history,
-            "active": active_pods_by_node(label=label),
+            "active": active,
+            "busy": busy,
             "policy": resolve_policy(
                 keys=keys, key_policies=key_policies, node_policies=node_policies
             ),
@@ -130,7 +138,8 @@ class WarmStrategy:
         """Why each node gets its score: one dict per node, in order.
 
         Keys: node, matched_segment, segment_index, raw_count, decayed_weight,
-        active_pods, base_score, penalty, policy, score.
+        active_pods, excess_load, base_score, hotspot_penalty, load_penalty,
+        penalty, policy, score (see `scoring.warm_explain`).
         """
         data = self.inputs(label=label, nodes=nodes, now=now)
         return warm_explain(nodes=nodes, rules=self.rules, **data)

@@ -78,6 +78,12 @@ class Placement(models.Model):
                 fields=["label", "finished_at"], name="placement_label_active"
             ),
             models.Index(fields=["node", "finished_at"], name="placement_node_active"),
+            # The running pods per node, for the `warm` scoring: only active rows.
+            models.Index(
+                fields=["node"],
+                condition=models.Q(finished_at__isnull=True),
+                name="placement_running_node",
+            ),
         ]
 
     def __str__(self):

@@ -685,21 +685,25 @@ def key_node_history(
     return history
 
 
-def active_pods_by_node(*, label: str) -> dict[str, int]:
-    """How many pods with pipeline label `label` run on each node right now.
+def active_pods(*, label: str) -> tuple[dict[str, int], dict[str, int]]:
+    """The pods running right now per node, from the ledger rows not yet finished.
 
-    From the ledger rows not yet finished; one query on the (label, finished_at)
-    index. Nodes without such pods are absent.
+    Returns ({node: pods with pipeline label `label`}, {node: all pipeline pods}).
+    One query over the active rows only (a partial index); idle nodes are absent.
     """
-    if not label:
-        return {}
     rows = (
-        Placement.objects.filter(label=label, finished_at__isnull=True)
+        Placement.objects.filter(finished_at__isnull=True)
         .values("node")
-        .annotate(pods=Count("pk"))
-        .values_list("node", "pods")
+        .annotate(pods=Count("pk"), same=Count("pk", filter=Q(label=label)))
+        .values_list("node", "same", "pods")
     )
-    return dict(rows)
+    same_label: dict[str, int] = {}
+    busy: dict[str, int] = {}
+    for node, same, pods in rows:
+        busy[node] = pods
+        if same:
+            same_label[node] = same
+    return same_label, busy
 
 
 def scoring_policies(

@@ -123,17 +123,63 @@ def test_weight_never_exceeds_raw_count():
 def test_active_pods_of_the_label_spread_a_fan_out_over_warm_nodes():
     keys = ["ci", "java", "app"]
     history = {f"warm{i}": [("app", 20, 20.0)] for i in range(3)}
+    history["partial"] = [("java", 50, 50.0)]
     active: dict[str, int] = {}
     chosen = []
-    for _ in range(6):
+    for _ in range(3):
         result = scores(keys, history, active)
         best = max(sorted(result), key=lambda node: result[node])
         chosen.append(best)
         active[best] = active.get(best, 0) + 1
-    assert sorted(chosen) == ["warm0", "warm0", "warm1", "warm1", "warm2", "warm2"]
-    # A busy warm node never drops below a cold one.
+    assert sorted(chosen) == ["warm0", "warm1", "warm2"]
+    # However busy, an exact-warm node stays ahead of partially warm and cold ones.
     busy = scores(keys, history, {"warm0": 50})
-    assert busy["warm0"] == busy["cold"] == 1
+    low, _ = warm_band(index=2, segments=3)
+    assert busy["warm0"] == low < busy["warm1"]
+    assert busy["warm0"] > busy["partial"] > busy["cold"]
+
+
+def test_load_above_the_mean_costs_points_down_to_cold():
+    keys = ["ci", "app"]
+    history = {"hot": [("app", 9, 9.0)], "warm": [("app", 9, 9.0)]}
+    nodes = ["hot", "warm", "idle"]
+    calm = scores(keys, history, nodes=nodes)
+    assert calm["hot"] == calm["warm"] == 10 and calm["idle"] == 1
+
+    def loaded(busy):
+        return dict(
+            zip(
+                nodes,
+                warm_scores(
+                    keys=keys,
+                    history=history,
+                    active={},
+                    policy=NO_POLICY,
+                    nodes=nodes,
+                    rules=RULES,
+                    busy=busy,
+                ),
+                strict=True,
+            )
+        )
+
+    # Mean 1: "hot" runs 2 more than the mean, so it loses 2 x load_penalty.
+    result = loaded({"hot": 3})
+    assert result["hot"] == 10 - round(2 * RULES.load_penalty)
+    assert result["warm"] == 10 and result["idle"] == 1
+    # Far above the mean a warm node drops to the cold score, never below.
+    assert loaded({"hot": 300})["hot"] == 1
+    # Without the rule (load_penalty 0) load does not matter.
+    off = WarmRules(load_penalty=0)
+    assert warm_scores(
+        keys=keys,
+        history=history,
+        active={},
+        policy=NO_POLICY,
+        nodes=nodes,
+        rules=off,
+        busy={"hot": 300},
+    ) == [10, 10, 1]
 
 
 def test_pod_without_label_scores_zero():

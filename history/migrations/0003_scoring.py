@@ -114,5 +114,13 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.AddIndex(
+            model_name="placement",
+            index=models.Index(
+                condition=models.Q(("finished_at__isnull", True)),
+                fields=["node"],
+                name="placement_running_node",
+            ),
+        ),
         migrations.RunPython(seed_recency_state, migrations.RunPython.noop),
     ]

@@ -1,0 +1,134 @@
+"""`manage.py simulate`: compare scoring strategies on a simulated cluster.
+
+Runs `extender.simulation` (the real scoring code over a synthetic workload, or over
+the recorded ledger with --from-db) and prints a table per scenario, or JSON.
+"""
+
+import dataclasses
+
+import orjson
+from django.core.management.base import BaseCommand, CommandError
+
+from extender.simulation import (
+    SCENARIOS,
+    STRATEGY_NAMES,
+    Scenario,
+    format_table,
+    ledger_workload,
+    run,
+    with_options,
+)
+
+HELP = {
+    "nodes": "number of nodes",
+    "cpu": "CPU cores per node",
+    "cache_slots": "workspaces each node's LRU cache holds",
+    "pipelines": "number of pipelines",
+    "languages": "distinct first segments (languages)",
+    "tools": "tools per language (second segments)",
+    "zipf": "Zipf exponent of pipeline popularity",
+    "runs": "pipeline runs to simulate",
+    "arrival": "mean seconds between runs",
+    "fanout": "largest fan-out burst (pods per run)",
+    "fanout_share": "share of runs that fan out",
+    "pod_cpu": "CPU cores each pod requests",
+    "run_time": "mean warm run time in seconds",
+    "cold_extra": "seconds a cold start adds",
+    "partial_extra": "seconds a partial hit adds",
+    "replace_every": "mean seconds between node replacements (0: never)",
+    "weight": "extender weight in the scheduler configuration",
+    "percentage": "percentageOfNodesToScore (100: score every feasible node)",
+    "half_life_days": "recency half-life of the warm strategy, in days",
+    "saturation": "warm: weight at which a node is halfway up its band",
+    "hotspot_penalty": "warm: points off per active pod of the same label",
+    "min_weight": "warm: weight below which a segment counts as forgotten",
+    "load_penalty": "warm: points off per active pod above the mean",
+    "seed": "random seed (same seed, same result)",
+}
+
+
+class Command(BaseCommand):
+    help = (
+        "Simulate a cluster and compare the scoring strategies (no extender, seed, "
+        "warm) on cache hits, load balance and time saved."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--scenario",
+            default="default",
+            choices=[*SCENARIOS, "all"],
+            help="a documented scenario to start from, or all of them",
+        )
+        parser.add_argument(
+            "--strategies",
+            default=",".join(STRATEGY_NAMES),
+            help=f"comma-separated, from {', '.join(STRATEGY_NAMES)}",
+        )
+        parser.add_argument(
+            "--from-db",
+            action="store_true",
+            help="replay the recorded placement ledger instead of a synthetic load",
+        )
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        for field in dataclasses.fields(Scenario):
+            parser.add_argument(
+                "--" + field.name.replace("_", "-"),
+                dest=field.name,
+                type=type(field.default),
+                default=None,
+                help=f"{HELP[field.name]} (default {field.default})",
+            )
+
+    def handle(self, *args, **options):
+        strategies = tuple(s for s in options["strategies"].split(",") if s)
+        unknown = sorted(set(strategies) - set(STRATEGY_NAMES))
+        if unknown or not strategies:
+            raise CommandError(
+                f"unknown strategies {unknown}; choose from {list(STRATEGY_NAMES)}"
+            )
+        overrides = {f.name: options[f.name] for f in dataclasses.fields(Scenario)}
+        self._check(overrides)
+        names = (
+            list(SCENARIOS) if options["scenario"] == "all" else [options["scenario"]]
+        )
+        reports = {}
+        for name in names:
+            scenario = with_options(SCENARIOS[name], **overrides)
+            workload = None
+            if options["from_db"]:
+                workload, used = ledger_workload(scenario)
+                if not workload.pods:
+                    raise CommandError("the placement ledger has no pipeline pods")
+                if overrides["nodes"] is None:
+                    scenario = dataclasses.replace(scenario, nodes=max(1, used))
+            reports[name] = run(scenario, strategies, workload)
+        if options["json"]:
+            body = reports if len(reports) > 1 else reports[names[0]]
+            self.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
+            return
+        for name, report in reports.items():
+            source = "recorded ledger" if options["from_db"] else "synthetic"
+            scenario = report["scenario"]
+            self.stdout.write(
+                f"scenario {name} ({source}, {report['pods']} pods, "
+                f"{scenario['nodes']} nodes, seed {scenario['seed']})"
+            )
+            self.stdout.write(format_table(report) + "\n")
+
+    def _check(self, overrides):
+        positive = ("nodes", "cpu", "cache_slots", "pipelines", "languages", "tools")
+        for name in positive + ("arrival", "pod_cpu", "half_life_days", "weight"):
+            value = overrides.get(name)
+            if value is not None and value <= 0:
+                raise CommandError(f"--{name.replace('_', '-')} must be greater than 0")
+        for name in ("runs", "fanout", "run_time", "cold_extra", "partial_extra"):
+            value = overrides.get(name)
+            if value is not None and value < 0:
+                raise CommandError(f"--{name.replace('_', '-')} must not be negative")
+        percentage = overrides.get("percentage")
+        if percentage is not None and not 0 < percentage <= 100:
+            raise CommandError("--percentage must be between 1 and 100")
+        share = overrides.get("fanout_share")
+        if share is not None and not 0 <= share <= 1:
+            raise CommandError("--fanout-share must be between 0 and 1")
