@@ -130,9 +130,15 @@ def parse_extender_args(data) -> ExtenderArgs:
                 f"NodeNames must be a list of strings or null, "
                 f"not {type(node_names).__name__}"
             )
-        for position, name in enumerate(node_names):
-            if not isinstance(name, str):
-                raise ExtenderArgsError(f"NodeNames[{position}] must be a string")
+        # str.join checks every item in C; only a failure walks the list in Python.
+        try:
+            "".join(node_names)
+        except TypeError:
+            for position, name in enumerate(node_names):
+                if not isinstance(name, str):
+                    raise ExtenderArgsError(
+                        f"NodeNames[{position}] must be a string"
+                    ) from None
 
     return ExtenderArgs(pod=pod, nodes=nodes, node_names=node_names)
 
