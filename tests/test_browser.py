@@ -8,9 +8,11 @@ KSSCHED_SCREENSHOT_DIR) so a reviewer can look without running anything.
 
 import os
 from datetime import timedelta
+from importlib import import_module
 from pathlib import Path
 
 import pytest
+from django.apps import apps as django_apps
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
@@ -45,9 +47,8 @@ PASSWORD = "a-long-browser-pass-42"
 
 pytestmark = [
     pytest.mark.browser,
-    # Transactional: the live server thread must see the test's rows. Serialized
-    # rollback restores the viewer group the data migration made after each flush.
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    # Transactional: the live server thread must see the test's rows.
+    pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
         not CHROMIUM.exists() and not IS_CI,
         reason=f"{CHROMIUM} is not installed",
@@ -97,8 +98,19 @@ def superuser():
 @pytest.fixture
 def viewer():
     user = User.objects.create_user("viewer", password=PASSWORD, is_staff=True)
-    user.groups.add(Group.objects.get(name="ks-scheduler viewers"))
+    user.groups.add(viewer_group())
     return user
+
+
+def viewer_group():
+    """The group migration 0002 creates; made again by the same code if a
+    transactional test's flush removed it."""
+    group = Group.objects.filter(name="ks-scheduler viewers").first()
+    if group is None:
+        migration = import_module("history.migrations.0002_viewer_group")
+        migration.create_viewer_group(django_apps, None)
+        group = Group.objects.get(name="ks-scheduler viewers")
+    return group
 
 
 PIPELINES = {
