@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -45,6 +44,7 @@ from django.db import (
 from django.utils import timezone
 
 from history import kube, metrics, services
+from history.heartbeat import Heartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -102,39 +102,6 @@ class Options:
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
-
-
-def default_max_age() -> float:
-    """Heartbeat age beyond which the watcher counts as stuck."""
-    return settings.KSSCHED_WATCH_READ_TIMEOUT + settings.KSSCHED_WATCH_BACKOFF_CAP + 30
-
-
-class Heartbeat:
-    """A file whose modification time says when the watcher last made progress."""
-
-    def __init__(self, path: str | Path | None) -> None:
-        self.path = Path(path) if path else None
-        self._warned = False
-
-    def beat(self) -> None:
-        if self.path is None:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.touch()
-        except OSError as exc:
-            if not self._warned:
-                logger.warning("Cannot touch heartbeat file %s: %s", self.path, exc)
-                self._warned = True
-
-
-def heartbeat_age(path: str | Path, now: float | None = None) -> float | None:
-    """Seconds since the heartbeat file was touched; None if it does not exist."""
-    try:
-        mtime = Path(path).stat().st_mtime
-    except OSError:
-        return None
-    return max(0.0, (time.time() if now is None else now) - mtime)
 
 
 class Backoff:

@@ -17,6 +17,7 @@ from django.db import connection
 from django.test import override_settings
 
 from history import kube, metrics, services, watching
+from history.heartbeat import heartbeat_age
 from history.models import KeyNode, NodeRecord, Placement, WatchState
 from tests.fakeapi import (
     ClusterWatch,
@@ -345,7 +346,7 @@ def test_heartbeat_moves_on_events_and_backoff(api, server, tmp_path):
     server.inject(StatusAction(503), times=3, verb="watch")
     started = time.time()
     run_until(stream, lambda: time.time() - started > 0.6)
-    age = watching.heartbeat_age(tmp_path / "hb")
+    age = heartbeat_age(tmp_path / "hb")
     assert age is not None and age < 1.5
 
 

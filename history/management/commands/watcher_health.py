@@ -11,10 +11,11 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from history import watching
+from history.heartbeat import default_max_age, heartbeat_age
 
 
 class Command(BaseCommand):
+    requires_system_checks = []
     help = "Exit 0 if the watcher's heartbeat is fresh, 1 if stale or missing."
 
     def add_arguments(self, parser):
@@ -32,8 +33,8 @@ class Command(BaseCommand):
         path = options["path"] or settings.KSSCHED_HEARTBEAT_PATH
         max_age = options["max_age"]
         if max_age is None:
-            max_age = watching.default_max_age()
-        age = watching.heartbeat_age(path)
+            max_age = default_max_age()
+        age = heartbeat_age(path)
         if age is None:
             self.stderr.write(f"unhealthy: no heartbeat file at {path}")
             sys.exit(1)
