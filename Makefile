@@ -7,7 +7,7 @@ PYTHON3 ?= python3
 RUN_DATA_PATH ?= $(CURDIR)/var/scheduler.db
 SECRET_FILE := var/secret_key
 
-.PHONY: help run migrate test lint format checks pytest pytest-postgres bench clean
+.PHONY: help run migrate test lint format checks pytest pytest-postgres bench soak clean
 .PHONY: docker-build docker-push deploy-yaml
 
 help:
@@ -80,6 +80,11 @@ test: lint checks pytest
 # DATABASE_URL=postgres://... benchmarks against PostgreSQL instead of SQLite.
 bench: $(VENV)/.dev-installed
 	$(PY) -m tests.bench.run $(BENCH_ARGS)
+
+# The watcher through >= 1000 pods with injected faults, ending with exact counts;
+# figures to stdout, JSON to var/soak-watch.json. SOAK_ARGS="--pods 5000" for more.
+soak: $(VENV)/.dev-installed
+	$(PY) -m tests.soak_watch $(SOAK_ARGS)
 
 # Container image (see Dockerfile): make docker-build docker-push IMG=registry/ks-scheduler:tag
 IMG ?= ks-scheduler:1.0.0

@@ -443,7 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--json", default="soak-watch.json", help="Output file.")
+    parser.add_argument(
+        "--json", default=str(REPO / "var" / "soak-watch.json"), help="Output file."
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="ks-soak-"))
@@ -479,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     figures["database"] = "postgresql" if "DATABASE_URL" in base_env else "sqlite"
     figures["watcher_log"] = str(soak.watcher.log_path)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     width = max(len(k) for k in figures)
     for key, value in figures.items():
