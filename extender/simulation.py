@@ -79,6 +79,7 @@ class Scenario:
     hotspot_penalty: int = WarmRules.hotspot_penalty
     min_weight: float = WarmRules.min_weight
     load_penalty: float = WarmRules.load_penalty
+    load_slack: float = WarmRules.load_slack
     seed: int = 1
 
 
@@ -306,6 +307,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
         hotspot_penalty=scenario.hotspot_penalty,
         min_weight=scenario.min_weight,
         load_penalty=scenario.load_penalty,
+        load_slack=scenario.load_slack,
     )
     warmth = {"exact": 0, "partial": 0, "cold": 0}
     concurrency: list[int] = []

@@ -90,8 +90,8 @@ def test_explain_shows_each_rule(client, settings, history):
     assert by_node["n3"]["active_pods"] == 1
     # n3 runs the only active pipeline pod: same label and above the mean load.
     assert by_node["n3"]["hotspot_penalty"] == 2
-    assert by_node["n3"]["excess_load"] == pytest.approx(1 - 1 / 6, abs=0.01)
-    assert by_node["n3"]["load_penalty"] == round(3 * (1 - 1 / 6))
+    assert by_node["n3"]["excess_load"] == pytest.approx(1 - 1.1 / 6, abs=0.01)
+    assert by_node["n3"]["load_penalty"] == round(3 * (1 - 1.1 / 6))
     assert by_node["n3"]["penalty"] == 4
     assert by_node["n3"]["score"] == by_node["n1"]["score"] - 4
     assert by_node["n4"]["matched_segment"] == "ci"

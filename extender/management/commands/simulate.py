@@ -43,6 +43,7 @@ HELP = {
     "hotspot_penalty": "warm: points off per active pod of the same label",
     "min_weight": "warm: weight below which a segment counts as forgotten",
     "load_penalty": "warm: points off per active pod above the mean",
+    "load_slack": "warm: share above the mean load a node may run unpenalised",
     "seed": "random seed (same seed, same result)",
 }
 

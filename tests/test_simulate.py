@@ -1,0 +1,163 @@
+"""The simulator: deterministic, runs the real strategies, and warm earns its place."""
+
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+
+import orjson
+import pytest
+from django.core.management import CommandError, call_command
+
+from extender.scoring import WarmRules
+from extender.simulation import (
+    SCENARIOS,
+    History,
+    Pod,
+    Scenario,
+    format_table,
+    run,
+    scored_nodes,
+    simulate,
+    synthetic_workload,
+)
+from history.models import Placement
+
+# A small cluster where warm wins by a clear margin (seed 3; other seeds vary).
+SMALL = Scenario(nodes=12, pipelines=30, runs=800, arrival=22.0, seed=3)
+
+
+def simulate_json(*args):
+    out = StringIO()
+    call_command("simulate", "--json", *args, stdout=out)
+    return orjson.loads(out.getvalue())
+
+
+def test_same_seed_same_report_and_another_seed_differs():
+    first = simulate_json("--nodes", "10", "--runs", "300", "--seed", "7")
+    again = simulate_json("--nodes", "10", "--runs", "300", "--seed", "7")
+    other = simulate_json("--nodes", "10", "--runs", "300", "--seed", "8")
+    assert first == again
+    assert first["results"] != other["results"]
+    assert [r["strategy"] for r in first["results"]] == ["none", "seed", "warm"]
+    assert first["scenario"]["nodes"] == 10 and first["scenario"]["seed"] == 7
+
+
+def test_warm_beats_seed_and_no_extender_on_a_small_scenario():
+    report = run(SMALL)
+    results = {r["strategy"]: r for r in report["results"]}
+    warm = results["warm"]
+    assert warm["exact_rate"] > results["seed"]["exact_rate"]
+    assert warm["exact_rate"] > results["none"]["exact_rate"]
+    assert warm["busiest_over_mean_load"] <= 1.25
+    assert results["seed"]["busiest_over_mean_load"] > warm["busiest_over_mean_load"]
+    assert report["warm_wins"] is True
+    # Every strategy placed the same pods, and the rates add up.
+    assert {r["pods"] for r in report["results"]} == {report["pods"]}
+    for r in report["results"]:
+        total = r["exact_rate"] + r["partial_rate"] + r["cold_rate"]
+        assert total == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_extender_changes_placements():
+    workload = synthetic_workload(SMALL)
+    none = simulate(SMALL, workload, "none")
+    seed = simulate(SMALL, workload, "seed")
+    assert seed["exact_rate"] > none["exact_rate"] + 0.2
+    assert seed["time_saved_hours"] > none["time_saved_hours"]
+
+
+def test_history_mirrors_the_database_rules():
+    history = History(half_life=3600.0)
+    pod = Pod(label="a-b", keys=["a", "b"], cpu=1.0, base=10.0, arrived=0.0)
+    history.place(pod, "n1", 0.0)
+    history.place(pod, "n1", 3600.0)
+    data = history.warm_inputs(["a", "b"], {"n1", "n2"}, 3600.0)
+    assert data["active"] == {"n1": 2}
+    assert dict((k, w) for k, _, w in data["history"]["n1"]) == {"a": 1.5, "b": 1.5}
+    history.replaced_since["n1"] = 4000.0
+    assert history.warm_inputs(["a", "b"], {"n1"}, 5000.0)["history"] == {}
+    assert history.best_matches(["a", "b"], {"n1"}) == {"n1": (1, 2)}
+
+
+def test_sampling_scores_a_rotating_share_of_feasible_nodes():
+    free = [4.0] * 300
+    free[5] = 0.0
+    found, start = scored_nodes(free, 1.0, 0, 40)
+    assert len(found) == 120 and 5 not in found
+    assert start == 121
+    found, start = scored_nodes(free, 1.0, 250, 40)
+    # The walk wraps around and steps over the full node 5.
+    assert found[0] == 250 and found[-1] == (250 + 120) % 300
+    everything, _ = scored_nodes(free, 1.0, 0, 100)
+    assert len(everything) == 299
+    # Small clusters are always scored whole, as upstream.
+    assert len(scored_nodes([4.0] * 80, 1.0, 0, 10)[0]) == 80
+
+
+def test_table_and_options():
+    out = StringIO()
+    call_command(
+        "simulate",
+        "--runs",
+        "200",
+        "--nodes",
+        "8",
+        "--strategies",
+        "seed,warm",
+        stdout=out,
+    )
+    text = out.getvalue()
+    assert "scenario default (synthetic" in text
+    assert "seed " in text and "warm " in text and "none " not in text
+    assert "busiest/mean" in text
+    report = run(SMALL, ("warm",))
+    assert report["warm_wins"] is None
+    assert "warm" in format_table(report)
+
+
+def test_warm_rules_come_from_options():
+    loose = simulate_json(
+        "--runs", "300", "--load-penalty", "0", "--strategies", "warm"
+    )
+    strict = simulate_json("--runs", "300", "--strategies", "warm")
+    assert strict["scenario"]["load_penalty"] == WarmRules().load_penalty
+    assert loose["results"] != strict["results"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--strategies", "best"], "unknown strategies"),
+        (["--nodes", "0"], "--nodes must be greater than 0"),
+        (["--percentage", "101"], "--percentage must be between 1 and 100"),
+        (["--fanout-share", "2"], "--fanout-share must be between 0 and 1"),
+    ],
+)
+def test_bad_options_are_refused(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("simulate", *args, stdout=StringIO())
+
+
+def test_documented_scenarios_exist():
+    assert {"default", "many-small", "hot-fanout"} <= set(SCENARIOS)
+
+
+@pytest.mark.django_db
+def test_from_db_replays_the_ledger():
+    with pytest.raises(CommandError, match="no pipeline pods"):
+        call_command("simulate", "--from-db", stdout=StringIO())
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(40):
+        Placement.objects.create(
+            pod_uid=f"u{i}",
+            namespace="ci",
+            name=f"p{i}",
+            label=f"ci-java-app{i % 3}",
+            node=f"node-{i % 4}",
+            bound_at=start + timedelta(seconds=30 * i),
+            finished_at=start + timedelta(seconds=30 * i + 200),
+        )
+    report = simulate_json("--from-db")
+    assert report["pods"] == 40
+    assert report["scenario"]["nodes"] == 4
+    assert all(r["pods"] == 40 for r in report["results"])
+    assert simulate_json("--from-db", "--nodes", "6")["scenario"]["nodes"] == 6
