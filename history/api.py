@@ -157,14 +157,3 @@ def only_api_paths(endpoints):
         for endpoint in endpoints
         if endpoint[0].startswith("/api/") and endpoint[0] != "/api/schema/"
     ]
-
-
-def schema_settings() -> dict:
-    from django.conf import settings
-
-    return {
-        "TITLE": "ks-scheduler history API",
-        "DESCRIPTION": "Read-only pipeline history: keys, counts per node, placements.",
-        "VERSION": settings.KSSCHED_VERSION,
-        "PREPROCESSING_HOOKS": ["history.api.only_api_paths"],
-    }

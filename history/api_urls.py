@@ -16,7 +16,6 @@ urlpatterns = [
         SpectacularAPIView.as_view(
             authentication_classes=[TokenAuthentication, SessionAuthentication],
             permission_classes=[IsAuthenticated],
-            custom_settings=api.schema_settings(),
         ),
         name="api-schema",
     ),

@@ -209,6 +209,16 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
+# OpenAPI schema of the history API at /api/schema/. The extender routes speak
+# kube-scheduler's protocol and are left out.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "ks-scheduler history API",
+    "DESCRIPTION": "Read-only pipeline history: keys, counts per node, placements.",
+    "VERSION": KSSCHED_VERSION,
+    "SERVE_INCLUDE_SCHEMA": False,
+    "PREPROCESSING_HOOKS": ["history.api.only_api_paths"],
+}
+
 # --- ks-scheduler ---------------------------------------------------------------------
 
 KSSCHED_PIPELINE_LABEL = env.str("KSSCHED_PIPELINE_LABEL", default="ks-pipeline")
