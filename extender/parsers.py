@@ -1,10 +1,16 @@
 """Request parsing for the extender: orjson, with an explicit body-size limit."""
 
+import gc
+
 import orjson
 from django.conf import settings
+from django.core.signals import request_started
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import BaseParser
+
+# Bodies below this decode into too few objects for a collection to matter.
+_GC_PAUSE_BYTES = 256 * 1024
 
 
 class RequestTooLarge(APIException):
@@ -38,6 +44,37 @@ class ORJSONParser(BaseParser):
         if limit is not None and len(body) > limit:
             raise RequestTooLarge(f"request body is over the limit of {limit} bytes")
         try:
-            return orjson.loads(body)
+            return parse_json(body)
         except orjson.JSONDecodeError as exc:
             raise ParseError(f"malformed JSON: {exc}") from None
+
+
+def parse_json(body: bytes):
+    """orjson.loads, with the cyclic garbage collector paused for large bodies.
+
+    Decoding 1000 full Node objects creates about a million objects. With the
+    collector on, every 700 of them start a collection that walks all the young
+    ones, and moving them to older generations walks them again: in a Django worker
+    the parse took 210 ms instead of 40 ms, and collections after it cost as much
+    again. Decoded JSON holds no reference cycles, so the collector finds nothing
+    in it: it stays paused until the next request starts (`resume_gc`). By then the
+    body is freed, and freeing tracked objects brings the collector's allocation
+    count back down, so nothing is walked later either.
+    """
+    global _gc_paused
+    if len(body) >= _GC_PAUSE_BYTES and gc.isenabled():
+        gc.disable()
+        _gc_paused = True
+    return orjson.loads(body)
+
+
+def resume_gc(**kwargs):
+    """Turn the collector back on if `parse_json` paused it (request_started)."""
+    global _gc_paused
+    if _gc_paused:
+        _gc_paused = False
+        gc.enable()
+
+
+_gc_paused = False
+request_started.connect(resume_gc, dispatch_uid="extender.parsers.resume_gc")
