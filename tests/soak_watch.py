@@ -256,6 +256,7 @@ class Soak:
             self.env, ["--count-when", "bound"], self.workdir / "watcher.log"
         )
         self._serial = 0
+        self.other_pods = 0
 
     # ---- pod life
 
@@ -282,6 +283,7 @@ class Soak:
         plain = make_pod(f"plain-{self._serial}", label=None)
         self.server.add_pod(plain)
         self.server.bind_pod(plain["metadata"]["name"], self.rng.choice(self.nodes))
+        self.other_pods += 2
 
     def after_binding(self, recorded: set[str]) -> None:
         """Finish, relabel or delete some bound pods the ledger already holds."""
@@ -363,13 +365,42 @@ class Soak:
             else:
                 for name in names:
                     self.bind(name)
-            time.sleep(0.05)
+            # Pace the waves by the watcher, so each fault meets a live stream.
+            wait_until(self.caught_up, timeout=30)
             self.after_binding(ledger_uids())
         caught_up = wait_until(self.caught_up, timeout=60)
+        burst = self._burst(max(50, self.pods // 4))
+        caught_up = caught_up and burst["caught_up"]
         time.sleep(1.0)  # let late duplicates and finishes land
         code, stop_seconds = self.watcher.stop()
         wall = time.monotonic() - started
-        return self.figures(caught_up, code, stop_seconds, wall)
+        figures = self.figures(caught_up, code, stop_seconds, wall)
+        figures.update(burst)
+        return figures
+
+    def _burst(self, count: int) -> dict:
+        """Fault-free: bind `count` more pods at once; time until all are recorded."""
+        from history.models import WatchState
+
+        def events() -> int:
+            state = WatchState.objects.filter(name="pods").first()
+            return state.events if state else 0
+
+        before = events()
+        names = [self.create() for _ in range(count)]
+        started = time.monotonic()
+        for name in names:
+            self.bind(name)
+        caught_up = wait_until(self.caught_up, timeout=60, interval=0.02)
+        seconds = time.monotonic() - started
+        recorded = events() - before
+        return {
+            "burst_pods": count,
+            "burst_events_recorded": recorded,
+            "burst_seconds": round(seconds, 2),
+            "burst_events_per_second": round(recorded / seconds, 1),
+            "caught_up": caught_up,
+        }
 
     def _kill_and_restart(self, count: int) -> None:
         """SIGKILL mid-stream; bind, finish and delete pods while it is down."""
@@ -390,6 +421,9 @@ class Soak:
             self.server.delete_pod(name)
             self.bound.remove(name)
         self.watcher.start()
+        # A 410 before the replay has passed the deletions would turn this restart
+        # into a relist (the documented loss bound); let the replay finish first.
+        wait_until(self.caught_up, timeout=30)
 
     def figures(self, caught_up: bool, code: int, stop_seconds: float, wall: float):
         from history.models import Placement, WatchState
@@ -401,8 +435,8 @@ class Soak:
         state = WatchState.objects.filter(name="pods").first()
         requests = self.server.requests
         figures = {
-            "pipeline_pods": self.pods,
-            "other_pods": self._serial - self.pods,
+            "pipeline_pods": len(self.uids),
+            "other_pods": self.other_pods,
             "placements_expected": len(self.placed),
             "placements_found": Placement.objects.count(),
             "api_object_changes": int(self.server.resource_version) - 1,
