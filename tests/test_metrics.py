@@ -250,9 +250,24 @@ def test_two_workers_add_up_in_multiprocess_mode(tmp_path):
 @pytest.mark.django_db(transaction=True)
 def test_metrics_answer_with_database_up_zero_when_the_database_is_gone():
     env = {"DATABASE_URL": f"postgres://ks@127.0.0.1:{free_port()}/ks"}
+    body = load_fixture("prioritize-nodenames.json")
     with run_gunicorn(env, workers=1) as (url, _process):
+        call_status, answer = request(url, "POST", PRIORITIZE, body)
         status, text = request(url, "GET", "/metrics")
     assert status == 200
     samples = parse(text.decode())
     assert value(samples, "kssched_database_up") == 0
     assert not any(name.startswith("kssched_placements") for name, _ in samples)
+    errors = value(
+        samples,
+        "kssched_extender_errors_total",
+        verb="priorities/pipeline",
+        reason="database_error",
+    )
+    if call_status == 200:
+        # Neutral scores are the other answer the scheduler accepts (E3).
+        assert {entry["Score"] for entry in json.loads(answer)} == {0}
+        assert errors == 0
+    else:
+        assert call_status == 500
+        assert errors == 1
