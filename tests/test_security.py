@@ -332,3 +332,37 @@ def test_gunicorn_refuses_a_ca_without_a_server_certificate():
     with pytest.raises(RuntimeError, match="need KSSCHED_TLS_CERT_FILE"):
         with run_gunicorn({"KSSCHED_TLS_CA_FILE": "/nonexistent/ca.crt"}, workers=1):
             pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_over_https_gets_secure_cookies_hsts_and_csrf(pki):
+    directory, _address = pki
+    env = {**tls_env(directory, with_ca=False), "KSSCHED_HTTPS": "1"}
+    with run_gunicorn(env, workers=1) as (url, _process):
+        conn = http.client.HTTPSConnection(
+            "127.0.0.1", port_of(url), timeout=10, context=client_context(directory)
+        )
+        try:
+            conn.request("GET", "/admin/login/", headers={"Host": "localhost"})
+            response = conn.getresponse()
+            response.read()
+            headers = response.getheaders()
+        finally:
+            conn.close()
+        assert response.status == 200
+        hsts = response.getheader("Strict-Transport-Security")
+        assert hsts == "max-age=31536000; includeSubDomains"
+        cookies = [value for name, value in headers if name.lower() == "set-cookie"]
+        csrf = [c for c in cookies if c.startswith("csrftoken=")]
+        assert csrf and "Secure" in csrf[0]
+
+        # A login post without the CSRF token is refused.
+        status, _ = call(
+            "127.0.0.1",
+            port_of(url),
+            "POST",
+            "/admin/login/",
+            b"username=a&password=b",
+            client_context(directory),
+        )
+        assert status == 403
