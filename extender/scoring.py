@@ -25,6 +25,22 @@ def seed_score(*, index: int, count: int, segments: int) -> int:
     return min(MAX_SCORE, int(index * step + step + count // 10))
 
 
+def seed_score_map(
+    keys: Sequence[str], matches: Mapping[str, tuple[int, int]]
+) -> dict[str, int]:
+    """Seed scores of every node in `matches` for a label with `keys`: {node: score}.
+
+    The form `history.services.derive_best_matches` keeps between calls; nodes
+    missing from it score NO_HISTORY_SCORE.
+    """
+    segments = len(keys)
+    by_match = {
+        match: seed_score(index=match[0], count=match[1], segments=segments)
+        for match in set(matches.values())
+    }
+    return {node: by_match[match] for node, match in matches.items()}
+
+
 def seed_scores(
     *,
     segments: int,
@@ -165,6 +181,52 @@ def _best_segment(
     return best
 
 
+def _warm_steps(
+    best: tuple[int, str, int, float] | None,
+    segments: int,
+    active: int,
+    excess: float,
+    rule: tuple[str, str] | None,
+    policy: Policy,
+    rules: WarmRules,
+) -> tuple[int, int, int, int, str | None]:
+    """One node's (base score, hotspot penalty, load penalty, score, policy applied).
+
+    Positional and tuple-valued: `warm_scores` calls it for thousands of nodes.
+    """
+    if best is None:
+        base = low = NO_HISTORY_SCORE
+    else:
+        low, high = warm_band(index=best[0], segments=segments)
+        weight = best[3]
+        base = low + round(weight / (weight + rules.saturation) * (high - low))
+    score, floor = base, low
+    applied = None
+    if policy.weight != 1.0:
+        score, floor = (
+            max(
+                MIN_SCORE,
+                min(MAX_SCORE, NO_HISTORY_SCORE + round(value * policy.weight)),
+            )
+            for value in (base - NO_HISTORY_SCORE, low - NO_HISTORY_SCORE)
+        )
+        applied = f"weight {policy.weight:g} ({policy.source})"
+    # Same-label pods only reorder nodes within their band: a busy exact-warm node
+    # still beats every partially warm one, so a fan-out stays on warm caches.
+    hotspot = min(rules.hotspot_penalty * active, max(0, score - floor))
+    # Load above the mean may take a node down to the cold score: cold, idle nodes
+    # then win on kube-scheduler's resource scores and become warm in turn.
+    load = min(
+        round(rules.load_penalty * excess), max(0, score - hotspot - NO_HISTORY_SCORE)
+    )
+    score -= hotspot + load
+    if rule is not None:
+        action, rule_key = rule
+        score = MAX_SCORE if action == "pin" else MIN_SCORE
+        applied = f"{action} ({rule_key})"
+    return base, hotspot, load, score, applied
+
+
 def _warm_node(
     *,
     node: str,
@@ -176,39 +238,10 @@ def _warm_node(
     rules: WarmRules,
 ) -> dict:
     """Every step of one node's `warm` score, as a dict (see `warm_explain`)."""
-    index, key, count, weight = best if best else (None, None, 0, 0.0)
-    if index is None:
-        base = low = NO_HISTORY_SCORE
-    else:
-        low, high = warm_band(index=index, segments=segments)
-        base = low + round(weight / (weight + rules.saturation) * (high - low))
-    score, floor = base, low
-    if policy.weight != 1.0:
-        score, floor = (
-            max(
-                MIN_SCORE,
-                min(MAX_SCORE, NO_HISTORY_SCORE + round(value * policy.weight)),
-            )
-            for value in (base - NO_HISTORY_SCORE, low - NO_HISTORY_SCORE)
-        )
-    # Same-label pods only reorder nodes within their band: a busy exact-warm node
-    # still beats every partially warm one, so a fan-out stays on warm caches.
-    hotspot = min(rules.hotspot_penalty * active, max(0, score - floor))
-    # Load above the mean may take a node down to the cold score: cold, idle nodes
-    # then win on kube-scheduler's resource scores and become warm in turn.
-    load = min(
-        round(rules.load_penalty * excess), max(0, score - hotspot - NO_HISTORY_SCORE)
+    base, hotspot, load, score, applied = _warm_steps(
+        best, segments, active, excess, policy.nodes.get(node), policy, rules
     )
-    penalty = hotspot + load
-    score -= penalty
-    applied = None
-    if policy.source is not None and policy.weight != 1.0:
-        applied = f"weight {policy.weight:g} ({policy.source})"
-    rule = policy.nodes.get(node)
-    if rule is not None:
-        action, rule_key = rule
-        score = MAX_SCORE if action == "pin" else MIN_SCORE
-        applied = f"{action} ({rule_key})"
+    index, key, count, weight = best if best else (None, None, 0, 0.0)
     return {
         "node": node,
         "matched_segment": key,
@@ -220,7 +253,7 @@ def _warm_node(
         "base_score": base,
         "hotspot_penalty": hotspot,
         "load_penalty": load,
-        "penalty": penalty,
+        "penalty": hotspot + load,
         "policy": applied,
         "score": score,
     }
@@ -311,25 +344,19 @@ def warm_scores(
     excess = _excess_load(busy, nodes, rules)
     wanted = set(nodes)
     special = (set(history) | set(active) | set(policy.nodes)) & wanted
-    cold = _warm_node(
-        node="",
-        segments=len(keys),
-        best=None,
-        active=0,
-        excess=0.0,
-        policy=policy,
-        rules=rules,
-    )["score"]
-    scores = {
-        node: _warm_node(
-            node=node,
-            segments=len(keys),
-            best=_best_segment(history.get(node, ()), positions, rules.min_weight),
-            active=active.get(node, 0),
-            excess=excess(node),
-            policy=policy,
-            rules=rules,
-        )["score"]
-        for node in special
-    }
+    segments = len(keys)
+    cold = _warm_steps(None, segments, 0, 0.0, None, policy, rules)[3]
+    min_weight = rules.min_weight
+    scores = {}
+    for node in special:
+        best = _best_segment(history.get(node, ()), positions, min_weight)
+        scores[node] = _warm_steps(
+            best,
+            segments,
+            active.get(node, 0),
+            excess(node),
+            policy.nodes.get(node),
+            policy,
+            rules,
+        )[3]
     return [scores.get(node, cold) for node in nodes]

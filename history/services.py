@@ -667,14 +667,19 @@ def key_node_history(
     if not keys or not nodes:
         return {}
     condition, param = _nodes_filter("node", nodes)
-    rows = (
-        KeyNode.objects.filter(key__in=set(keys), count__gt=0)
-        .extra(where=[condition], params=[param])
-        .values_list("node", "key", "count", "decayed_weight", "decayed_at")
+    unique = list(dict.fromkeys(keys))
+    marks = ", ".join(["%s"] * len(unique))
+    sql = (
+        f"SELECT node, key, count, decayed_weight, decayed_at "
+        f"FROM {KeyNode._meta.db_table} "
+        f"WHERE key IN ({marks}) AND count > 0 AND {condition}"
     )
     history: dict[str, list[tuple[str, int, float, float]]] = {}
     for node, key, count, weight, at in rows:
-        history.setdefault(node, []).append((key, count, weight, at))
+        if node in history:
+            history[node].append((key, count, weight, at))
+        else:
+            history[node] = [(key, count, weight, at)]
     replaced = _replaced_since(nodes=list(history))
     for node, since in replaced.items():
         kept = [row for row in history[node] if row[3] >= since]
@@ -687,6 +692,10 @@ def key_node_history(
 
 def active_pods(*, label: str) -> tuple[dict[str, int], dict[str, int]]:
     """The pods running right now per node, from the ledger rows not yet finished.
+    # A plain cursor: thousands of rows per request, no model instances needed.
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*unique, param])
+        rows = cursor.fetchall()
 
     Returns ({node: pods with pipeline label `label`}, {node: all pipeline pods}).
     One query over the active rows only (a partial index); idle nodes are absent.
