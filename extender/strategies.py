@@ -7,6 +7,7 @@ KSSCHED_SCORING setting.
 from __future__ import annotations
 
 import time
+from itertools import repeat
 
 from django.conf import settings
 
@@ -16,6 +17,7 @@ from extender.scoring import (
     WarmRules,
     resolve_policy,
     seed_score,
+    seed_score_map,
     seed_scores,
     warm_explain,
     warm_scores,
@@ -24,6 +26,7 @@ from history.services import (
     active_pods,
     best_matches,
     decayed_weight,
+    derive_best_matches,
     half_life_seconds,
     key_node_history,
     scoring_policies,
@@ -39,6 +42,11 @@ class SeedStrategy:
     def score(self, *, label: str | None, nodes: list[str]) -> list[int]:
         """Integer scores 0..10 for `nodes`, in order, for a pod with `label`."""
         keys = split_pipeline_label(label)
+        if keys:
+            # The label's scores for every node, kept until its history changes.
+            by_node = derive_best_matches(keys=keys, derive=seed_score_map)
+            if by_node is not None:
+                return list(map(by_node.get, nodes, repeat(NO_HISTORY_SCORE)))
         matches = best_matches(keys=keys, nodes=nodes) if keys else {}
         return seed_scores(segments=len(keys), matches=matches, nodes=nodes)
 

@@ -55,6 +55,9 @@ class MatchCache:
         self.counts: dict[str, dict[str, int]] = {}
         # tuple of keys (general to specific) -> {node: (index, clamped count)}
         self.best: dict[tuple[str, ...], dict[str, tuple[int, int]]] = {}
+        # (label, derive) -> (label's best dict at the time, derive's result); a
+        # label's best dict is replaced, never changed in place, when it changes.
+        self.derived: dict[tuple, tuple[dict, object]] = {}
 
     # --- public -------------------------------------------------------------------
 
@@ -69,6 +72,21 @@ class MatchCache:
             best = self._build(label)
         get = best.get
         return {node: match for node in nodes if (match := get(node)) is not None}
+
+    def derive(self, keys: Sequence[str], derive):
+        """`derive(keys, best)` over the best matches of every node with history
+        for `keys`, computed once and reused until that history changes."""
+        self._refresh()
+        label = tuple(keys)
+        best = self.best.get(label)
+        if best is None:
+            best = self._build(label)
+        memo = self.derived.get((label, derive))
+        if memo is not None and memo[0] is best:
+            return memo[1]
+        result = derive(label, best)
+        self.derived[label, derive] = (best, result)
+        return result
 
     # --- keeping up to date -------------------------------------------------------
 
@@ -143,8 +161,9 @@ class MatchCache:
                 counts[node] = count
             else:
                 counts.pop(node, None)
-        for label, best in self.best.items():
+        for label, best in list(self.best.items()):
             if key in label:
+                best = self.best[label] = dict(best)
                 for node in nodes:
                     self._place(label, best, node)
 
@@ -166,6 +185,7 @@ class MatchCache:
         if len(self.best) >= MAX_LABELS or len(self.counts) + len(label) > MAX_KEYS:
             self.counts.clear()
             self.best.clear()
+            self.derived.clear()
         clamp = self.clamp
         best: dict[str, tuple[int, int]] = {}
         # General to specific: a later (more specific) segment overwrites, and a

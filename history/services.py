@@ -240,6 +240,21 @@ def best_matches(
     return {node: divmod(packed, _PACK) for node, packed in rows}
 
 
+def derive_best_matches(*, keys: Sequence[str], derive):
+    """`derive(keys, matches)` over the best matches of every node for `keys`.
+
+    `matches` is what `best_matches` returns, for all nodes with history instead of
+    a given list. On SQLite, outside a transaction, the result is kept and reused
+    until that history changes, so `derive` must be a pure function and the same
+    object each call (a module-level function). Returns None where no such copy is
+    kept (PostgreSQL, inside a transaction): callers then use `best_matches`.
+    Prioritize uses it to score a label's nodes once instead of on every call.
+    """
+    if connection.vendor == "sqlite" and not connection.in_atomic_block:
+        return _match_cache().derive(keys, derive)
+    return None
+
+
 _MATCH_CACHES = threading.local()
 
 
@@ -674,6 +689,10 @@ def key_node_history(
         f"FROM {KeyNode._meta.db_table} "
         f"WHERE key IN ({marks}) AND count > 0 AND {condition}"
     )
+    # A plain cursor: thousands of rows per request, no model instances needed.
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*unique, param])
+        rows = cursor.fetchall()
     history: dict[str, list[tuple[str, int, float, float]]] = {}
     for node, key, count, weight, at in rows:
         if node in history:
@@ -692,10 +711,6 @@ def key_node_history(
 
 def active_pods(*, label: str) -> tuple[dict[str, int], dict[str, int]]:
     """The pods running right now per node, from the ledger rows not yet finished.
-    # A plain cursor: thousands of rows per request, no model instances needed.
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*unique, param])
-        rows = cursor.fetchall()
 
     Returns ({node: pods with pipeline label `label`}, {node: all pipeline pods}).
     One query over the active rows only (a partial index); idle nodes are absent.

@@ -7,6 +7,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
+from extender.strategies import SeedStrategy
 from history import services
 from history.models import KeyNode
 
@@ -37,6 +38,11 @@ def assert_agree():
         keys = services.split_pipeline_label(label)
         assert cached(keys) == queried(keys), label
         assert cached(keys, NODES[5:9]) == queried(keys, NODES[5:9]), label
+        # Seed scores kept between calls match scores computed from the query.
+        kept = SeedStrategy().score(label=label, nodes=NODES)
+        with transaction.atomic():
+            fresh = SeedStrategy().score(label=label, nodes=NODES)
+        assert kept == fresh, label
 
 
 def in_other_connection(work):
