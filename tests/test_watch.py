@@ -471,3 +471,59 @@ def test_watch_pods_command_end_to_end_with_max_events(server, tmp_path):
     out = io.StringIO()
     call_command("audit_counts", stdout=out)
     assert "no drift" in out.getvalue()
+
+
+def test_a_leader_that_loses_its_lease_stops_watching_and_stands_by(
+    api, server, tmp_path, caplog
+):
+    """T36: renewal fails past the deadline: the watch stops, the replica waits."""
+    elector = watching.LeaderElector(
+        api, "lease", NS, "me", duration=2, renew_deadline=0.6, retry_period=0.2
+    )
+    watcher = watching.Watcher(
+        api,
+        options=options(),
+        heartbeat=watching.Heartbeat(tmp_path / "hb"),
+        watch_nodes=False,
+        elector=elector,
+    )
+    thread = threading.Thread(target=_run_and_close, args=(watcher,), daemon=True)
+    with caplog.at_level(logging.INFO, logger="history.watching"):
+        thread.start()
+        assert _wait(lambda: server.watch_requests("pods"))
+        assert WatchState.objects.get(name="pods").holder == "me"
+
+        def steal(lease):
+            lease["spec"]["holderIdentity"] = "other"
+            lease["spec"]["leaseDurationSeconds"] = 60
+
+        server.modify("leases", "lease", steal, NS)
+        stolen_at = time.monotonic()
+        assert _wait(lambda: "Lost the lease; standing by" in caplog.text)
+        assert time.monotonic() - stolen_at < 2.5
+        watches = len(server.watch_requests("pods"))
+        server.add_pod(make_pod("late", node="n1", label="k"))
+        time.sleep(0.5)
+        assert len(server.watch_requests("pods")) == watches
+        assert Placement.objects.count() == 0
+        watcher.request_shutdown()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    # The other holder's lease is left alone on shutdown.
+    assert server.get("leases", "lease", NS)["spec"]["holderIdentity"] == "other"
+
+
+def _run_and_close(watcher):
+    try:
+        watcher.run()
+    finally:
+        connection.close()
+
+
+def _wait(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()

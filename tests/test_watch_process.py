@@ -234,3 +234,26 @@ def test_sigint_is_handled_like_sigterm(server, launch):
     assert wait_until(lambda: server.watch_requests("pods"), timeout=10)
     watcher.signal(signal.SIGINT)
     assert watcher.process.wait(timeout=5) == 0
+
+
+def test_repeated_sigkill_at_random_moments_keeps_the_database_consistent(
+    server, launch
+):
+    """T28: after every kill the audit balances; the last watcher makes it exact."""
+    import random
+
+    rng = random.Random(11)
+    cluster = Cluster(server)
+    for round_ in range(4):
+        watcher = launch(name=f"round{round_}")
+        before = Placement.objects.count()
+        for i in range(15):
+            cluster.bind_new(f"n{i % 3}", label=f"kill-r{round_}")
+        assert wait_until(lambda b=before: Placement.objects.count() > b, timeout=10)
+        time.sleep(rng.uniform(0, 0.05))
+        watcher.kill()
+        assert services.audit_counts()[1] == []
+    final = launch(name="final")
+    cluster.assert_exact()
+    assert wait_until(lambda: "Resuming the pod watch" in final.log, timeout=10)
+    assert final.stop()[0] == 0
