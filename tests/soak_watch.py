@@ -89,8 +89,10 @@ class WatcherProcess:
         self.args = args
         self.log_path = log
         self.process: subprocess.Popen | None = None
+        self.starts = 0
 
     def start(self) -> WatcherProcess:
+        self.starts += 1
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "watch_pods", *self.args],
@@ -106,8 +108,21 @@ class WatcherProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(sig)
 
+    READY = "Watching all pods"
+
+    def wait_ready(self, timeout: float = 20.0) -> bool:
+        """Wait until this run has installed its signal handlers (logged READY)."""
+        return wait_until(
+            lambda: (
+                self.log.count(self.READY) >= self.starts
+                or self.process.poll() is not None
+            ),
+            timeout,
+        )
+
     def stop(self, timeout: float = 10.0) -> tuple[int, float]:
-        """SIGTERM and wait; returns (exit status, seconds it took)."""
+        """SIGTERM (once it is ready) and wait; returns (exit status, seconds)."""
+        self.wait_ready()
         started = time.monotonic()
         self.signal(signal.SIGTERM)
         try:
