@@ -424,7 +424,6 @@ def save_watch_state(
     always set.
     """
     now = now or timezone.now()
-    WatchState.objects.get_or_create(name=name)
     changes: dict = {"heartbeat_at": now, "updated": now}
     if resource_version:
         changes["resource_version"] = resource_version
@@ -435,7 +434,10 @@ def save_watch_state(
         changes["relists"] = F("relists") + 1
     if holder is not None:
         changes["holder"] = holder
-    WatchState.objects.filter(name=name).update(**changes)
+    # One UPDATE on the hot path; the row is created the first time only.
+    if not WatchState.objects.filter(name=name).update(**changes):
+        WatchState.objects.get_or_create(name=name)
+        WatchState.objects.filter(name=name).update(**changes)
 
 
 def checkpoint(*, name: str) -> str:
