@@ -20,6 +20,13 @@ VIEW_PERMISSIONS = ("history.view_keynode", "history.view_placement")
 MAX_BARS = 60
 MAX_SCORE_ROWS = 500
 RECENT_PLACEMENTS = 25
+# Shown beside the score when the strategy explains them (the warm strategy does).
+DETAIL_COLUMNS = (
+    ("decayed_weight", "recency weight"),
+    ("active_pods", "active pods"),
+    ("penalty", "penalty"),
+    ("policy", "policy"),
+)
 
 BAR_HEIGHT = 22
 BAR_GAP = 6
@@ -64,6 +71,14 @@ def chart_bars(explanation: list[dict], segments: int) -> list[dict]:
     return bars
 
 
+def detail_text(value) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
 def recent_placements(value: str, keys: list[str]):
     """A key matches as a whole segment; a label matches itself and its children."""
     if len(keys) == 1:
@@ -94,6 +109,13 @@ def pipeline_view(request):
         explanation = strategy.explain(label=value, nodes=known_nodes())
         bars = chart_bars(explanation, len(keys))
         ranked = sorted(explanation, key=lambda row: (-row["score"], row["node"]))
+        details = [
+            (name, title)
+            for name, title in DETAIL_COLUMNS
+            if explanation and name in explanation[0]
+        ]
+        for row in explanation:
+            row["details"] = [detail_text(row[name]) for name, _ in details]
         placements = recent_placements(value, keys)
         context.update(
             {
@@ -109,6 +131,7 @@ def pipeline_view(request):
                     "height": max(len(bars), 1) * (BAR_HEIGHT + BAR_GAP),
                 },
                 "scores": ranked[:MAX_SCORE_ROWS],
+                "detail_titles": [title for _, title in details],
                 "scores_hidden": max(0, len(ranked) - MAX_SCORE_ROWS),
                 "placements": placements[:RECENT_PLACEMENTS],
                 "placement_total": placements.count(),

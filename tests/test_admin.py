@@ -14,6 +14,7 @@ from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
+from extender.strategies import get_strategy
 from history.models import CountAdjustment, KeyNode, NodeRecord, Placement, WatchState
 from history.services import (
     create_key_node,
@@ -508,8 +509,18 @@ def test_pipeline_page_for_a_key(admin_client):
     assert chart_bars(response.content) == {"worker-2": 13, "worker-1": 5}
     scores = {row["node"]: row["score"] for row in response.context["scores"]}
     assert set(scores) == {"worker-1", "worker-2", "worker-3", "worker-4"}
-    assert scores["worker-2"] >= scores["worker-1"] > scores["worker-3"]
+    # Nodes with maven history beat the cold ones, which all score alike.
+    assert min(scores["worker-1"], scores["worker-2"]) > scores["worker-3"]
     assert scores["worker-3"] == scores["worker-4"]
+    # The page shows what the configured strategy would answer the scheduler now.
+    nodes = sorted(scores)
+    live = get_strategy().score(label="maven", nodes=nodes)
+    assert [scores[node] for node in nodes] == live
+    shown = re.findall(
+        rb'<tr data-node="([^"]+)"><td>[^<]*</td><td class="score">(\d+)</td>',
+        response.content,
+    )
+    assert {node.decode(): int(score) for node, score in shown} == scores
     assert [p.pod_uid for p in response.context["placements"]] == ["a"]
 
 
