@@ -223,13 +223,13 @@ SPECTACULAR_SETTINGS = {
 
 KSSCHED_PIPELINE_LABEL = env.str("KSSCHED_PIPELINE_LABEL", default="ks-pipeline")
 KSSCHED_SCHEDULER_NAME = env.str("KSSCHED_SCHEDULER_NAME", default="ks-scheduler")
-KSSCHED_SCORING = env.str("KSSCHED_SCORING", default="seed")
+KSSCHED_SCORING = env.str("KSSCHED_SCORING", default="warm")
+# `warm` scoring: each placement's weight halves every half-life.
+KSSCHED_HALF_LIFE_DAYS = env.float("KSSCHED_HALF_LIFE_DAYS", default=7.0)
 # Full Node lists are large (5000 nodes are about 70 MB); only the extender routes
 # accept bodies this big. The rest of the site keeps Django's default limit.
 KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=128 * 1024 * 1024)
 
-# `warm` scoring: each placement's weight halves every half-life.
-KSSCHED_HALF_LIFE_DAYS = env.float("KSSCHED_HALF_LIFE_DAYS", default=7.0)
 # --- Watcher (manage.py watch_pods) -------------------------------------------------
 # Timeouts bound every call to the API server; tests shrink them to seconds.
 

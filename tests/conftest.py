@@ -72,6 +72,8 @@ def database_env() -> dict[str, str]:
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": str(REPO),
         "LOG_LEVEL": "INFO",
+        # The subprocess scores as the tests do (tests/settings.py pins it).
+        "KSSCHED_SCORING": os.environ.get("KSSCHED_SCORING", "seed"),
     }
     if connection.vendor == "sqlite":
         env["DATA_PATH"] = str(settings_dict["NAME"])

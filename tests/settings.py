@@ -16,6 +16,9 @@ os.environ["DATA_PATH"] = str(_data_dir / "scheduler.db")
 os.environ["KSSCHED_TEST_DATABASE"] = str(_data_dir / "test.db")
 os.environ.pop("KSSCHED_READ_DOT_ENV", None)
 os.environ.pop("VERSION", None)
+# The endpoint, admin and end-to-end tests are written against the seed formula;
+# the warm strategy's tests select it explicitly.
+os.environ["KSSCHED_SCORING"] = "seed"
 
 from kssched.settings import *  # noqa: E402, F403
 

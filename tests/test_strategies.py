@@ -353,3 +353,27 @@ def test_get_strategy_knows_both():
     assert isinstance(get_strategy("warm"), WarmStrategy)
     with pytest.raises(ValueError, match="unknown scoring strategy"):
         get_strategy("nope")
+
+
+def test_warm_is_the_default_outside_the_test_suite(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {
+        "SECRET_KEY": "x" * 50,
+        "PATH": os.environ.get("PATH", ""),
+        "DATA_PATH": str(tmp_path / "unused.db"),
+    }
+    code = "import kssched.settings as s; print(s.KSSCHED_SCORING)"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() == "warm"
