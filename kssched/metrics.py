@@ -122,12 +122,15 @@ def observe_extender_request(request, response, seconds: float) -> None:
 
 def _tally(scores: list[int]) -> dict[int, int]:
     """How often each score occurs. Scores are 0..10, so a bytes object counts them
-    in C (a few microseconds for 5000 nodes); anything else falls back to Counter."""
+    in C (about 8 us for 1000 nodes); anything else falls back to Counter."""
     try:
         packed = bytes(scores)
     except (TypeError, ValueError):
         return dict(_Tally(scores))
-    return {score: count for score in range(11) if (count := packed.count(score))}
+    tally = {score: count for score in range(11) if (count := packed.count(score))}
+    if sum(tally.values()) != len(packed):
+        return dict(_Tally(scores))
+    return tally
 
 
 def extender_verb(request) -> str:

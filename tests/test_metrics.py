@@ -271,3 +271,13 @@ def test_metrics_answer_with_database_up_zero_when_the_database_is_gone():
     else:
         assert call_status == 500
         assert errors == 1
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [[], [0, 10, 10, 1], [1] * 1000, [3, 42, 3], [-1, 2], [2.0, 2], [True, 1]],
+)
+def test_score_tally_counts_every_score(scores):
+    from kssched.metrics import _tally
+
+    assert _tally(scores) == dict(Counter(scores))
