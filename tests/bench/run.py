@@ -270,7 +270,7 @@ def server_env(workdir: Path) -> dict:
         "LOG_LEVEL": "WARNING",
         "DATA_PATH": str(workdir / "scheduler.db"),
     }
-    for name in ("DATABASE_URL", "WEB_CONCURRENCY"):
+    for name in ("DATABASE_URL", "WEB_CONCURRENCY", "KSSCHED_SCORING"):
         if os.environ.get(name):
             env[name] = os.environ[name]
     return env
@@ -456,13 +456,15 @@ def main(argv: list[str] | None = None) -> int:
 
     info = machine()
     info["database"] = vendor
+    info["scoring"] = env.get("KSSCHED_SCORING") or "default (KSSCHED_SCORING unset)"
     info["workers"] = int(env.get("WEB_CONCURRENCY", "0")) or "gunicorn_conf default"
     text = table(cases)
     print()
     print(
         f"ks-scheduler bench: {info['nproc']} x {info['cpu']}, "
         f"Python {info['python']}, "
-        f"{vendor} ({data.KEYNODE_ROWS} KeyNode rows), serial p50 over one connection "
+        f"{vendor} ({data.KEYNODE_ROWS} KeyNode rows), scoring {info['scoring']}, "
+        f"serial p50 over one connection "
         f"at a time, throughput at concurrency {CONCURRENCY}; ratio = ks-scheduler / "
         f"floor (bare orjson WSGI app, same gunicorn config)"
     )
