@@ -15,7 +15,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler
 
 from extender.parsers import ORJSONParser
-from extender.renderers import ORJSONRenderer, PlainTextRenderer
+from extender.renderers import (
+    ExtenderContentNegotiation,
+    ORJSONRenderer,
+    PlainTextRenderer,
+)
 from extender.serializers import (
     extender_filter_result,
     host_priority_list,
@@ -34,6 +38,7 @@ class ExtenderView(APIView):
     permission_classes = [AllowAny]
     parser_classes = [ORJSONParser]
     renderer_classes = [ORJSONRenderer]
+    content_negotiation_class = ExtenderContentNegotiation
     http_method_names = ["post", "options"]
     is_extender = True
 

@@ -64,3 +64,16 @@ def test_decoded_body_is_freed_when_the_response_closes():
         assert lists == [], "the decoded NodeNames list is still alive"
     finally:
         gc.enable()
+
+
+def test_extender_answers_json_whatever_accept_says_and_still_checks_content_type():
+    client = APIClient()
+    body = orjson.dumps({"Pod": {}, "Nodes": None, "NodeNames": ["a"]})
+    response = client.generic(
+        "POST", FILTER_URL, body, "application/json", HTTP_ACCEPT="text/html"
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert orjson.loads(response.content)["NodeNames"] == ["a"]
+    response = client.generic("POST", FILTER_URL, body, "text/plain")
+    assert response.status_code == 415
