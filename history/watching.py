@@ -157,6 +157,7 @@ class StreamWatcher:
         self.resource_version = ""
         self.needs_list = True
         self.processed = 0
+        self.last_progress = time.monotonic()
         self.backoff = Backoff(
             base=options.backoff_base,
             cap=options.backoff_cap,
@@ -208,6 +209,7 @@ class StreamWatcher:
             self.heartbeat.beat()
         self._write(lambda: self.save_progress(resource_version, 0, relisted=True))
         self._after_relist()
+        self.last_progress = time.monotonic()
         self.resource_version = resource_version
         self.needs_list = False
         return len(items)
@@ -233,6 +235,7 @@ class StreamWatcher:
             if resource_version:
                 self._write(lambda: self.save_progress(resource_version, 0))
                 self.resource_version = resource_version
+                self.last_progress = time.monotonic()
             self._on_event("BOOKMARK")
             return
         if type_ not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(
@@ -260,6 +263,7 @@ class StreamWatcher:
             self.save_progress(resource_version, 1)
 
         self._write(work)
+        self.last_progress = time.monotonic()
         if resource_version:
             self.resource_version = resource_version
         self._on_event(type_)
@@ -292,7 +296,9 @@ class StreamWatcher:
                 self._stream = stream
             if self.shutdown.is_set():
                 return True
-            logger.debug("Watching %s from %s", self.name, self.resource_version)
+            logger.info(
+                "Watching %s from resourceVersion %s", self.name, self.resource_version
+            )
             for event in stream:
                 self.process_event(event)
                 delivered += 1
@@ -379,9 +385,11 @@ class StreamWatcher:
         metrics.RECONNECTS.labels(failure.reason).inc()
         if failure.action == kube.GONE:
             logger.warning(
-                "Relisting %s because resourceVersion %s expired (%s: %s)",
+                "Relisting %s because resourceVersion %s (last progress %.0f s ago) "
+                "expired (%s: %s)",
                 self.name,
                 self.resource_version,
+                time.monotonic() - self.last_progress,
                 failure.reason,
                 failure.detail[:200],
             )
@@ -709,6 +717,7 @@ class Watcher:
         watch_nodes: bool = True,
         elector: LeaderElector | None = None,
         once: bool = False,
+        shutdown: threading.Event | None = None,
     ) -> None:
         self.api = api
         self.options = options
@@ -716,7 +725,7 @@ class Watcher:
         self.watch_nodes = watch_nodes
         self.elector = elector
         self.once = once
-        self.shutdown = threading.Event()
+        self.shutdown = shutdown or threading.Event()
         self._leading = threading.Event()
         self.pods: PodStream | None = None
         self.nodes: NodeStream | None = None

@@ -11,6 +11,7 @@ configuration is unusable or the database schema is missing.
 import os
 import signal
 import socket
+import threading
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -57,6 +58,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        # manage.py may be PID 1 in its container: register the handlers explicitly,
+        # first thing, so a SIGTERM during start-up is a clean stop as well.
+        shutdown = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: shutdown.set())
+        signal.signal(signal.SIGINT, lambda *_: shutdown.set())
         try:
             client = kube.api_client(
                 kubeconfig=options["kubeconfig"], context=options["context"]
@@ -94,8 +100,8 @@ class Command(BaseCommand):
             watch_nodes=settings.KSSCHED_WATCH_NODES and not options["no_nodes"],
             elector=elector,
             once=options["once"],
+            shutdown=shutdown,
         )
-        # manage.py may be PID 1 in its container: register the handlers explicitly.
         signal.signal(signal.SIGTERM, watcher.request_shutdown)
         signal.signal(signal.SIGINT, watcher.request_shutdown)
         metrics.serve(settings.KSSCHED_WATCHER_METRICS_PORT)
