@@ -96,28 +96,40 @@ def observe_extender_request(request, response, seconds: float) -> None:
     the prioritize path stays close to its floor.
     """
     verb = extender_verb(request)
-    REQUEST_SECONDS.labels(verb).observe(seconds)
+    _child(REQUEST_SECONDS, verb).observe(seconds)
     if response.status_code != 200:
-        ERRORS.labels(verb, _error_reason(request, response.status_code)).inc()
+        _child(ERRORS, verb, _error_reason(request, response.status_code)).inc()
         return
     scores = getattr(response, "scores", None)
     if scores is not None:
         # Prioritize: the view hands over its plain list of scores.
-        REQUEST_NODES.labels(verb).observe(len(scores))
+        _child(REQUEST_NODES, verb).observe(len(scores))
         for score, count in _tally(scores).items():
-            SCORES.labels(str(score)).inc(count)
+            _child(SCORES, str(score)).inc(count)
         return
     data = getattr(response, "data", None)
     if isinstance(data, list):
         # Another HostPriorityList-shaped answer: count its nodes only.
-        REQUEST_NODES.labels(verb).observe(len(data))
+        _child(REQUEST_NODES, verb).observe(len(data))
     elif isinstance(data, dict) and ("NodeNames" in data or "Nodes" in data):
         # Filter: nodes passed back, as names or as a NodeList.
         names = data.get("NodeNames")
         if names is None:
             nodes = data.get("Nodes")
             names = nodes.get("items") if isinstance(nodes, dict) else None
-        REQUEST_NODES.labels(verb).observe(len(names or ()))
+        _child(REQUEST_NODES, verb).observe(len(names or ()))
+
+
+# Label values are few (verbs, 11 scores, error reasons): keep each labelled child
+# instead of looking it up under the metric's lock on every request.
+_children: dict[tuple, object] = {}
+
+
+def _child(metric, *labels):
+    child = _children.get((metric, labels))
+    if child is None:
+        child = _children[(metric, labels)] = metric.labels(*labels)
+    return child
 
 
 def _tally(scores: list[int]) -> dict[int, int]:
