@@ -7,7 +7,6 @@ kubelet can call them on the pod IP. Neither writes to the database.
 import logging
 import os
 
-from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpResponse, JsonResponse
@@ -46,8 +45,9 @@ def _unready_reason() -> str:
     if connection.vendor == "sqlite":
         # An open SQLite connection keeps reading a deleted file, and a new one would
         # silently create an empty database: check that the file is still there.
-        path = settings.DATABASES["default"]["NAME"]
-        if not os.path.exists(path):
+        path = str(connection.settings_dict["NAME"])
+        is_file = path != ":memory:" and not path.startswith("file:")
+        if is_file and not os.path.exists(path):
             return f"database file {path} does not exist"
     try:
         with connection.cursor() as cursor:
