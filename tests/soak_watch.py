@@ -401,6 +401,8 @@ class Soak:
             state = WatchState.objects.filter(name="pods").first()
             return state.events if state else 0
 
+        wait_until(lambda: not self.server._injections, timeout=30)
+        time.sleep(0.5)
         before = events()
         names = [self.create() for _ in range(count)]
         started = time.monotonic()
