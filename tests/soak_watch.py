@@ -401,8 +401,13 @@ class Soak:
             state = WatchState.objects.filter(name="pods").first()
             return state.events if state else 0
 
+        def checkpoint() -> str:
+            state = WatchState.objects.filter(name="pods").first()
+            return state.resource_version if state else ""
+
+        # Every injected fault consumed, and replays done: the watcher is current.
         wait_until(lambda: not self.server._injections, timeout=30)
-        time.sleep(0.5)
+        wait_until(lambda: checkpoint() == self.server.resource_version, timeout=30)
         before = events()
         names = [self.create() for _ in range(count)]
         started = time.monotonic()
