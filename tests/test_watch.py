@@ -527,3 +527,15 @@ def _wait(predicate, timeout=10.0):
             return True
         time.sleep(0.05)
     return predicate()
+
+
+def test_namespace_option_lists_and_watches_one_namespace(api, server):
+    server.add_pod(make_pod("mine", namespace="team-a", node="n1", label="ns-a"))
+    server.add_pod(make_pod("theirs", namespace="team-b", node="n1", label="ns-b"))
+    stream = pod_stream(api, namespace="team-a")
+    stream.start()
+    server.inject(ClusterWatch(max_events=0, end="close"))
+    stream.watch_once()
+    assert counts() == {("ns", "n1"): 1, ("a", "n1"): 1}
+    paths = {r.path for r in server.requests if r.resource == "pods"}
+    assert paths == {"/api/v1/namespaces/team-a/pods"}
