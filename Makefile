@@ -100,5 +100,9 @@ docker-push:
 deploy-yaml:
 	deploy/render.sh
 
+# Refresh the committed screenshots of the admin (README, docs/screenshots/).
+screenshots: $(VENV)/.dev-installed
+	KSSCHED_SCREENSHOT_DIR=$(CURDIR)/docs/screenshots $(PY) -m pytest -q tests/test_browser.py
+
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache

@@ -2,8 +2,9 @@
 
 Debian's chromium, driven by Playwright's sync API (no downloaded browsers). Each test
 logs in through the login form like a person would and checks the database after
-acting. Screenshots of the main pages go to docs/screenshots/ (or
-KSSCHED_SCREENSHOT_DIR) so a reviewer can look without running anything.
+acting. Screenshots of the main pages go to var/screenshots/ (or
+KSSCHED_SCREENSHOT_DIR); `make screenshots` refreshes the committed copies in
+docs/screenshots/, so a reviewer can look without running anything.
 """
 
 import os
@@ -41,7 +42,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = Path(
-    os.environ.get("KSSCHED_SCREENSHOT_DIR", REPO / "docs" / "screenshots")
+    os.environ.get("KSSCHED_SCREENSHOT_DIR", REPO / "var" / "screenshots")
 )
 PASSWORD = "a-long-browser-pass-42"
 
