@@ -8,7 +8,7 @@ RUN_DATA_PATH ?= $(CURDIR)/var/scheduler.db
 SECRET_FILE := var/secret_key
 
 .PHONY: help run migrate test lint format checks pytest pytest-postgres bench soak clean
-.PHONY: docker-build docker-push deploy-yaml
+.PHONY: docker-build docker-push deploy-yaml screenshots
 
 help:
 	@echo "make run    - install, migrate and serve on 0.0.0.0:8080 (SQLite under ./var/)"
