@@ -57,11 +57,13 @@ MIDDLEWARE = [
     "kssched.middleware.ExtenderMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Sessions, users and messages are skipped on the extender routes (see the
+    # module); CSRF and frame options stay Django's own for `check --deploy`.
+    "kssched.sitemiddleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "kssched.sitemiddleware.AuthenticationMiddleware",
+    "kssched.sitemiddleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

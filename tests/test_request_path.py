@@ -77,3 +77,15 @@ def test_extender_answers_json_whatever_accept_says_and_still_checks_content_typ
     assert orjson.loads(response.content)["NodeNames"] == ["a"]
     response = client.generic("POST", FILTER_URL, body, "text/plain")
     assert response.status_code == 415
+
+
+def test_site_middleware_is_skipped_on_extender_routes_only(client):
+    body = orjson.dumps({"Pod": {}, "Nodes": None, "NodeNames": ["a"]})
+    response = client.generic("POST", FILTER_URL, body, "application/json")
+    assert response.status_code == 200
+    assert not hasattr(response.wsgi_request, "session")
+    assert not hasattr(response.wsgi_request, "user")
+    response = client.get("/admin/login/")
+    assert response.status_code == 200
+    assert hasattr(response.wsgi_request, "session")
+    assert hasattr(response.wsgi_request, "user")
