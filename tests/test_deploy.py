@@ -559,7 +559,10 @@ def test_network_policy_allows_admin_in_and_only_needed_egress(builds):
     for name in ("sqlite", "pg"):
         policy = the(builds[name], "NetworkPolicy", "ks-scheduler")["spec"]
         assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
-        assert ports(policy["ingress"]) == {8080}
+        assert ports(policy["ingress"]) == {
+            8080,
+            9100,
+        }  # admin + extender metrics, watcher metrics
         expected = {53, 443, 6443} | ({5432} if name == "pg" else set())
         assert ports(policy["egress"]) == expected
         labels = deployment(builds[name])["spec"]["template"]["metadata"]["labels"]
