@@ -4,6 +4,8 @@ import orjson
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
 
+from extender.serializers import HostPriorityList
+
 
 class ORJSONRenderer(BaseRenderer):
     """Render JSON with orjson: compact, UTF-8, ints stay ints."""
@@ -15,6 +17,8 @@ class ORJSONRenderer(BaseRenderer):
     def render(self, data, accepted_media_type=None, renderer_context=None):
         if data is None:
             return b""
+        if isinstance(data, HostPriorityList):
+            return data.to_json()
         return orjson.dumps(data)
 
 

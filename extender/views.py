@@ -21,9 +21,10 @@ from extender.renderers import (
     PlainTextRenderer,
 )
 from extender.serializers import (
+    HostPriorityList,
     extender_filter_result,
-    host_priority_list,
     parse_extender_args,
+    unique_names,
 )
 from extender.strategies import get_strategy
 from kssched import __version__
@@ -83,7 +84,7 @@ class PipelinePriorityView(ExtenderView):
     def post(self, request):
         started = time.perf_counter()
         args = parse_extender_args(request.data)
-        nodes = list(dict.fromkeys(args.candidate_names()))
+        nodes = unique_names(args.candidate_names())
         label = args.pod_label(settings.KSSCHED_PIPELINE_LABEL)
         scores = get_strategy().score(label=label, nodes=nodes)
         logger.debug(
@@ -93,7 +94,8 @@ class PipelinePriorityView(ExtenderView):
             label,
             (time.perf_counter() - started) * 1000,
         )
-        response = Response(host_priority_list(nodes, scores))
+        # Rendered straight from the two lists, without a dict per node.
+        response = Response(HostPriorityList(nodes, scores))
         # For the score metrics (kssched.metrics): the plain list is cheap to tally.
         response.scores = scores
         return response
@@ -112,7 +114,7 @@ class ExplainView(ExtenderView):
             strategy = get_strategy(request.query_params.get("strategy") or None)
         except ValueError as exc:
             raise exceptions.ValidationError(str(exc)) from None
-        nodes = list(dict.fromkeys(args.candidate_names()))
+        nodes = unique_names(args.candidate_names())
         label = args.pod_label(settings.KSSCHED_PIPELINE_LABEL)
         rows = strategy.explain(label=label, nodes=nodes)
         return Response({"strategy": strategy.name, "label": label, "nodes": rows})

@@ -9,6 +9,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from extender import parsers
+from extender.serializers import HostPriorityList, unique_names
 
 FILTER_URL = "/scheduler/predicates/alwaystrue"
 
@@ -89,3 +90,73 @@ def test_site_middleware_is_skipped_on_extender_routes_only(client):
     assert response.status_code == 200
     assert hasattr(response.wsgi_request, "session")
     assert hasattr(response.wsgi_request, "_messages")
+
+
+PRIORITIZE_URL = "/scheduler/priorities/pipeline"
+
+AWKWARD_NAMES = [
+    'ends-with-quote-comma",',
+    'has","inside',
+    "back\\slash",
+    "tab\tand\nnewline",
+    "\x00nul",
+    "ünïcødé-node",
+    "emoji-\U0001f680",
+    "",
+]
+
+
+def dicts_json(nodes, scores):
+    pairs = zip(nodes, scores, strict=True)
+    return orjson.dumps([{"Host": node, "Score": score} for node, score in pairs])
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        [],
+        ["a"],
+        [f"ip-10-0-{i}-17.eu-west-1.internal" for i in range(1000)],
+        ["ünïcødé-node", "plain", "emoji-\U0001f680", ""],
+        *[[name] for name in AWKWARD_NAMES],
+        ["plain-1", *AWKWARD_NAMES, "plain-2"],
+    ],
+)
+def test_host_priority_list_writes_what_orjson_writes_for_the_dicts(nodes):
+    scores = [i % 11 for i in range(len(nodes))]
+    reply = HostPriorityList(nodes, scores)
+    assert reply.to_json() == dicts_json(nodes, scores)
+    assert orjson.loads(reply.to_json()) == orjson.loads(dicts_json(nodes, scores))
+    assert list(reply) == orjson.loads(reply.to_json())
+    assert len(reply) == len(nodes)
+
+
+@pytest.mark.parametrize("odd", [11, -1, 2**40, 2.5, None])
+def test_host_priority_list_scores_outside_0_to_10_take_the_general_path(odd):
+    nodes = ["a", "b", "c"]
+    for scores in ([odd, 1, 2], [1, odd, 2], [1, 2, odd]):
+        assert HostPriorityList(nodes, scores).to_json() == dicts_json(nodes, scores)
+
+
+def test_host_priority_list_needs_one_score_per_node():
+    with pytest.raises(ValueError, match="2 scores for 3 nodes"):
+        HostPriorityList(["a", "b", "c"], [1, 2])
+
+
+def test_unique_names_keeps_the_list_when_nothing_repeats():
+    names = ["a", "b", "c"]
+    assert unique_names(names) is names
+    assert unique_names(["b", "a", "b", "c", "a"]) == ["b", "a", "c"]
+    assert unique_names([]) == []
+
+
+def test_prioritize_answers_awkward_names_as_valid_json(client):
+    names = ["plain", *AWKWARD_NAMES, "plain"]
+    body = orjson.dumps({"Pod": {"metadata": {}}, "Nodes": None, "NodeNames": names})
+    response = client.generic("POST", PRIORITIZE_URL, body, "application/json")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    reply = orjson.loads(response.content)
+    assert [entry["Host"] for entry in reply] == ["plain", *AWKWARD_NAMES]
+    assert all(set(entry) == {"Host", "Score"} for entry in reply)
+    assert all(type(entry["Score"]) is int for entry in reply)
