@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 MIN_SCORE = 0
 MAX_SCORE = 10
@@ -263,9 +264,7 @@ def _excess_load(busy: Mapping[str, int] | None, nodes: Sequence[str], rules):
     """node -> active pipeline pods beyond the mean of `nodes` plus the slack."""
     if not busy or not rules.load_penalty or not nodes:
         return lambda node: 0.0
-    allowed = (
-        sum(busy.get(node, 0) for node in nodes) / len(nodes) * (1 + rules.load_slack)
-    )
+    allowed = sum(map(busy.get, nodes, repeat(0))) / len(nodes) * (1 + rules.load_slack)
     return lambda node: max(0.0, busy.get(node, 0) - allowed)
 
 
@@ -360,3 +359,168 @@ def warm_scores(
             rules,
         )[3]
     return [scores.get(node, cold) for node in nodes]
+
+
+# --- `warm` scores kept between calls -----------------------------------------------
+#
+# Recency makes every weight fall continuously, but with a half-life of days a score
+# (an integer) changes only when a weight crosses `min_weight` or a rounding boundary
+# of its band. `WarmWindow` holds a label's scores valid for every instant of a time
+# window [start, end]: each node's rows are weighed at both ends, and a node counts as
+# settled when the outcome provably cannot change in between (see `_settled`). Only
+# the few unsettled nodes, and the nodes with active pods or load, are worked out per
+# call, with the same `_best_segment` and `_warm_steps` as `warm_scores`.
+
+# Relative margin around a threshold: far above the rounding error of the weight
+# (a few ulps of 0.5 ** x for x <= 1000, about 1e-13) and of the band position.
+_MARGIN = 1e-9
+
+
+def _settled(early, late, positions, rules, segments) -> bool:
+    """True when a node's best segment and base score are the same at every instant
+    between the two valuations of its rows (`early` at the window's start, `late` at
+    its end, row for row).
+
+    Over the window each weight only falls (decay is monotone and `min(weight,
+    count)` keeps it so), the set of rows at or above `min_weight` only shrinks, and
+    the band position w / (w + saturation) only falls. So if at both ends no row is
+    within the margin of `min_weight`, the best segment is the same at both ends and
+    the band position at both ends is more than the margin away from a half-integer
+    and rounds the same, every instant between gives the same best segment and base
+    score. The margins cover the floating-point error of evaluating the rules.
+    """
+    if rules.saturation < 0:
+        return False
+    above, below = rules.min_weight * (1 + _MARGIN), rules.min_weight * (1 - _MARGIN)
+    for (key, count, first), (_, _, last) in zip(early, late, strict=True):
+        if key in positions and below <= min(first, count) and min(last, count) < above:
+            return False
+    first = _best_segment(early, positions, rules.min_weight)
+    last = _best_segment(late, positions, rules.min_weight)
+    if first is None or last is None:
+        return first is None and last is None
+    if first[0] != last[0] or first[3] + rules.saturation <= 0:
+        return False
+    low, high = warm_band(index=first[0], segments=segments)
+    rounded = set()
+    for weight in (first[3], last[3]):
+        position = weight / (weight + rules.saturation) * (high - low)
+        if abs(position - int(position) - 0.5) < _MARGIN:
+            return False
+        rounded.add(round(position))
+    return len(rounded) == 1
+
+
+class WarmWindow:
+    """One label's `warm` scores, valid for every instant of a time window.
+
+    Fed per node with its rows weighed at the start and at the end of the window
+    (`set_node`); `scores` then answers exactly what `warm_scores` answers with the
+    rows weighed at any instant of the window, given the exact rows of the
+    `unsettled` nodes at that instant.
+    """
+
+    def __init__(self, *, keys: Sequence[str], policy: Policy, rules: WarmRules):
+        self.keys = list(keys)
+        self.segments = len(self.keys)
+        self.positions = {key: index for index, key in enumerate(self.keys)}
+        self.policy = policy
+        self.rules = rules
+        self.enabled = bool(self.keys) and policy.enabled
+        # Settled nodes: the best segment and the score without pods or load.
+        self.best: dict[str, tuple[int, str, int, float] | None] = {}
+        self.fixed: dict[str, int] = {}
+        self.unsettled: set[str] = set()
+        self.cold = MIN_SCORE
+        if self.enabled:
+            self.cold = _warm_steps(None, self.segments, 0, 0.0, None, policy, rules)[3]
+            for node in policy.nodes:
+                self._fix(node, None)
+
+    def _fix(self, node: str, best) -> None:
+        self.best[node] = best
+        self.fixed[node] = _warm_steps(
+            best,
+            self.segments,
+            0,
+            0.0,
+            self.policy.nodes.get(node),
+            self.policy,
+            self.rules,
+        )[3]
+
+    def set_node(self, node: str, early, late) -> None:
+        """A node's (key, raw count, weight) rows at the window's start and end
+        (empty when the node has no history for the label)."""
+        if not self.enabled:
+            return
+        self.unsettled.discard(node)
+        if not early:
+            if node in self.policy.nodes:
+                self._fix(node, None)
+            else:
+                self.best.pop(node, None)
+                self.fixed.pop(node, None)
+        elif _settled(early, late, self.positions, self.rules, self.segments):
+            self._fix(node, _best_segment(early, self.positions, self.rules.min_weight))
+        else:
+            self.unsettled.add(node)
+            self.best.pop(node, None)
+            self.fixed.pop(node, None)
+
+    def scores(
+        self,
+        *,
+        nodes: Sequence[str],
+        active: Mapping[str, int],
+        busy: Mapping[str, int] | None,
+        history: Mapping[str, Sequence[tuple[str, int, float]]],
+    ) -> list[int]:
+        """`warm_scores` for `nodes`; `history` holds the rows of the unsettled
+        nodes weighed at the instant asked about (other nodes are ignored)."""
+        if not self.enabled:
+            return [MIN_SCORE] * len(nodes)
+        policy, rules, segments = self.policy, self.rules, self.segments
+        excess = _excess_load(busy, nodes, rules)
+        rule = policy.nodes.get
+        changed: dict[str, int] = {}
+        for node in self.unsettled:
+            best = _best_segment(
+                history.get(node, ()), self.positions, rules.min_weight
+            )
+            changed[node] = _warm_steps(
+                best,
+                segments,
+                active.get(node, 0),
+                excess(node),
+                rule(node),
+                policy,
+                rules,
+            )[3]
+        for node, pods in active.items():
+            if node not in changed:
+                changed[node] = _warm_steps(
+                    self.best.get(node),
+                    segments,
+                    pods,
+                    excess(node),
+                    rule(node),
+                    policy,
+                    rules,
+                )[3]
+        if busy and rules.load_penalty:
+            for node in busy:
+                if node in self.fixed and node not in changed:
+                    load = excess(node)
+                    if load:
+                        changed[node] = _warm_steps(
+                            self.best[node],
+                            segments,
+                            0,
+                            load,
+                            rule(node),
+                            policy,
+                            rules,
+                        )[3]
+        get = ({**self.fixed, **changed} if changed else self.fixed).get
+        return list(map(get, nodes, repeat(self.cold)))

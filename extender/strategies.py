@@ -15,6 +15,7 @@ from extender.scoring import (
     NO_HISTORY_SCORE,
     NO_POLICY,
     WarmRules,
+    WarmWindow,
     resolve_policy,
     seed_score,
     seed_score_map,
@@ -31,7 +32,11 @@ from history.services import (
     key_node_history,
     scoring_policies,
     split_pipeline_label,
+    warm_state,
 )
+
+# `warm` scores are kept for windows of this many seconds (see WarmStrategy.score).
+WARM_WINDOW_SECONDS = 300.0
 
 
 class SeedStrategy:
@@ -86,7 +91,19 @@ class WarmStrategy:
     this class only fetches their inputs: the KeyNode rows of the label's segments
     on the candidate nodes (recency state carried to `now`, rows from before a node
     replacement left out), the active pods of the label per node, and the policies.
-    Five small queries per request, none per node.
+
+    On SQLite outside a transaction the inputs come from this thread's
+    `history.matchcache.MatchCache` (one PRAGMA per call while nothing changed;
+    the ledger, active pods, policies and node replacements are re-read when
+    something was committed), and `score` keeps, per label, a
+    `scoring.WarmWindow`: the scores valid for a window of WARM_WINDOW_SECONDS
+    (aligned on multiples of it) containing `now`. The answer is exactly that of
+    the uncached computation with the same `now`: nodes whose score could change
+    inside the window are weighed at `now` on every call, nodes with active pods or
+    excess load get their penalties per call, and the window is brought up to date
+    node by node as their history changes (rebuilt when the window, the policies or
+    a node replacement change). Elsewhere: five small queries per request, none per
+    node.
     """
 
     name = "warm"
@@ -107,25 +124,20 @@ class WarmStrategy:
             }
         now = time.time() if now is None else now
         half_life = half_life_seconds()
-        history = {
-            node: [
-                (
-                    key,
-                    count,
-                    # A row made by hand has no recency state: it weighs its count.
-                    decayed_weight(weight=weight, at=at, now=now, half_life=half_life)
-                    if at
-                    else float(count),
-                )
-                for key, count, weight, at in rows
-            ]
-            for node, rows in key_node_history(keys=keys, nodes=nodes).items()
-        }
-        key_policies, node_policies = scoring_policies(keys=keys)
-        active, busy = active_pods(label=label)
+        state = warm_state(keys=keys, label=label)
+        if state is None:
+            rows = key_node_history(keys=keys, nodes=nodes)
+            key_policies, node_policies = scoring_policies(keys=keys)
+            active, busy = active_pods(label=label)
+        else:
+            cache, warm = state
+            known = warm.history
+            rows = {node: known[node] for node in nodes if node in known}
+            key_policies, node_policies = cache.policies
+            active, busy = cache.active.get(label, {}), cache.busy
         return {
             "keys": keys,
-            "history": history,
+            "history": _weighed(rows, now, half_life),
             "active": active,
             "busy": busy,
             "policy": resolve_policy(
@@ -137,8 +149,72 @@ class WarmStrategy:
         self, *, label: str | None, nodes: list[str], now: float | None = None
     ) -> list[int]:
         """Integer scores 0..10 for `nodes`, in order, for a pod with `label`."""
-        data = self.inputs(label=label, nodes=nodes, now=now)
-        return warm_scores(nodes=nodes, rules=self.rules, **data)
+        keys = split_pipeline_label(label)
+        state = warm_state(keys=keys, label=label) if keys else None
+        if state is None:
+            data = self.inputs(label=label, nodes=nodes, now=now)
+            return warm_scores(nodes=nodes, rules=self.rules, **data)
+        cache, warm = state
+        now = time.time() if now is None else now
+        window = self._window(cache, warm, keys, now)
+        history = warm.history
+        unsettled = {
+            node: history[node] for node in window.unsettled if node in history
+        }
+        return window.scores(
+            nodes=nodes,
+            active=cache.active.get(label, {}),
+            busy=cache.busy,
+            history=_weighed(unsettled, now, half_life_seconds()),
+        )
+
+    def _window(self, cache, warm, keys, now: float) -> WarmWindow:
+        """The label's WarmWindow for the window holding `now`, up to date."""
+        half_life = half_life_seconds()
+        start = (now // WARM_WINDOW_SECONDS) * WARM_WINDOW_SECONDS
+        end = start + WARM_WINDOW_SECONDS
+        if not start <= now <= end:
+            start = end = now
+        memo_key = ("warm", warm.keys, self.rules, half_life)
+        memo = cache.memo.get(memo_key)
+        if (
+            memo is not None
+            and memo["warm"] is warm
+            and memo["start"] == start
+            and memo["policies"] is cache.policies
+        ):
+            window = memo["window"]
+            changes = warm.changes
+            if memo["seen"] < len(changes):
+                for node in set(changes[memo["seen"] :]):
+                    rows = warm.history.get(node, ())
+                    window.set_node(
+                        node,
+                        _weigh(rows, start, half_life),
+                        _weigh(rows, end, half_life),
+                    )
+                memo["seen"] = len(changes)
+            return window
+        key_policies, node_policies = cache.policies
+        window = WarmWindow(
+            keys=keys,
+            policy=resolve_policy(
+                keys=keys, key_policies=key_policies, node_policies=node_policies
+            ),
+            rules=self.rules,
+        )
+        for node, rows in warm.history.items():
+            window.set_node(
+                node, _weigh(rows, start, half_life), _weigh(rows, end, half_life)
+            )
+        cache.memo[memo_key] = {
+            "warm": warm,
+            "start": start,
+            "policies": cache.policies,
+            "window": window,
+            "seen": len(warm.changes),
+        }
+        return window
 
     def explain(
         self, *, label: str | None, nodes: list[str], now: float | None = None
@@ -151,6 +227,25 @@ class WarmStrategy:
         """
         data = self.inputs(label=label, nodes=nodes, now=now)
         return warm_explain(nodes=nodes, rules=self.rules, **data)
+
+
+def _weigh(rows, now: float, half_life: float) -> list[tuple[str, int, float]]:
+    """(key, count, weight at `now`) for (key, count, decayed_weight, decayed_at)
+    rows; a row made by hand has no recency state and weighs its count."""
+    return [
+        (
+            key,
+            count,
+            decayed_weight(weight=weight, at=at, now=now, half_life=half_life)
+            if at
+            else float(count),
+        )
+        for key, count, weight, at in rows
+    ]
+
+
+def _weighed(history, now: float, half_life: float) -> dict:
+    return {node: _weigh(rows, now, half_life) for node, rows in history.items()}
 
 
 STRATEGIES = {SeedStrategy.name: SeedStrategy, WarmStrategy.name: WarmStrategy}

@@ -28,7 +28,14 @@ from collections.abc import Sequence
 
 from django.db import connection
 
-from history.models import CountAdjustment, KeyNode, Placement
+from history.models import (
+    CountAdjustment,
+    KeyNode,
+    KeyPolicy,
+    NodePolicy,
+    NodeRecord,
+    Placement,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +44,31 @@ MAX_KEYS = 512
 MAX_LABELS = 256
 # A sync that names more pairs than this reloads instead (bulk edits, long pauses).
 MAX_SYNC_PAIRS = 5000
+# A label's change log is dropped (and its readers start over) beyond this.
+MAX_CHANGES = 20000
+
+# (keys, node) pairs written without a ledger row (`increment_key_nodes` called on
+# its own), appended once committed; every cache in the process re-reads them.
+UNLEDGERED: list[tuple[tuple[str, ...], str]] = []
+
+
+class WarmLabel:
+    """What the `warm` strategy reads for one label, kept up to date.
+
+    `history` maps each node with rows for the label's keys to its (key, count,
+    decayed_weight, decayed_at) rows, leaving out rows from before the node was
+    replaced (as `history.services.key_node_history`). `changes` lists the nodes
+    whose rows changed, in order, so readers holding something derived from
+    `history` can bring it up to date; a new WarmLabel replaces this one when the
+    log grows too long or node replacements change.
+    """
+
+    __slots__ = ("keys", "history", "changes")
+
+    def __init__(self, keys: tuple[str, ...]):
+        self.keys = keys
+        self.history: dict[str, list[tuple[str, int, float, float]]] = {}
+        self.changes: list[str] = []
 
 
 class MatchCache:
@@ -58,6 +90,18 @@ class MatchCache:
         # (label, derive) -> (label's best dict at the time, derive's result); a
         # label's best dict is replaced, never changed in place, when it changes.
         self.derived: dict[tuple, tuple[dict, object]] = {}
+        self.unledgered = len(UNLEDGERED)
+        # For `warm`: key -> {node: (count, decayed_weight, decayed_at)}, count > 0.
+        self.rows: dict[str, dict[str, tuple[int, float, float]]] = {}
+        self.labels: dict[tuple[str, ...], WarmLabel] = {}
+        # Tables without a ledger, re-read whenever the database changed at all.
+        self.extra_token = None
+        self.active: dict[str, dict[str, int]] = {}
+        self.busy: dict[str, int] = {}
+        self.policies: tuple[dict, dict] = ({}, {})
+        self.replaced: dict[str, float] = {}
+        # Free for readers: things derived from the above, dropped on reset.
+        self.memo: dict = {}
 
     # --- public -------------------------------------------------------------------
 
@@ -88,6 +132,89 @@ class MatchCache:
         self.derived[label, derive] = (best, result)
         return result
 
+    def warm(self, keys: Sequence[str]) -> WarmLabel:
+        """The label's WarmLabel, with `active`, `busy`, `policies` and `replaced`
+        current as of this call."""
+        self._refresh()
+        if self.extra_token != self.token:
+            self._read_extra()
+        label = tuple(keys)
+        warm = self.labels.get(label)
+        if warm is None:
+            if len(self.labels) >= MAX_LABELS or len(self.rows) + len(label) > MAX_KEYS:
+                self.rows.clear()
+                self.labels.clear()
+                self.memo.clear()
+            warm = self.labels[label] = WarmLabel(label)
+            for key in dict.fromkeys(label):
+                self._load_rows(key)
+            for node in {node for key in label for node in self.rows[key]}:
+                self._warm_node(warm, node)
+        return warm
+
+    def _load_rows(self, key: str) -> None:
+        if key not in self.rows:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT node, count, decayed_weight, decayed_at "
+                    f"FROM {KeyNode._meta.db_table} WHERE key = %s AND count > 0",
+                    [key],
+                )
+                self.rows[key] = {
+                    node: (count, weight, at)
+                    for node, count, weight, at in cursor.fetchall()
+                }
+
+    def _warm_node(self, warm: WarmLabel, node: str) -> None:
+        since = self.replaced.get(node)
+        rows = []
+        for key in dict.fromkeys(warm.keys):
+            row = self.rows[key].get(node)
+            if row is not None and (since is None or row[2] >= since):
+                rows.append((key, *row))
+        if rows:
+            warm.history[node] = rows
+        else:
+            warm.history.pop(node, None)
+
+    def _read_extra(self) -> None:
+        """Active pods, policies and node replacements: small, unledgered reads."""
+        active: dict[str, dict[str, int]] = {}
+        busy: dict[str, int] = {}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT node, label, COUNT(*) FROM {Placement._meta.db_table} "
+                f"WHERE finished_at IS NULL GROUP BY node, label"
+            )
+            for node, label, pods in cursor.fetchall():
+                active.setdefault(label, {})[node] = pods
+                busy[node] = busy.get(node, 0) + pods
+            cursor.execute(
+                f"SELECT key, enabled, weight FROM {KeyPolicy._meta.db_table}"
+            )
+            key_policies = {
+                key: (bool(enabled), weight)
+                for key, enabled, weight in cursor.fetchall()
+            }
+            cursor.execute(f"SELECT key, node, action FROM {NodePolicy._meta.db_table}")
+            node_policies: dict[str, dict[str, str]] = {}
+            for key, node, action in cursor.fetchall():
+                node_policies.setdefault(key, {})[node] = action
+        replaced = {
+            name: since.timestamp()
+            for name, since in NodeRecord.objects.filter(
+                replacements__gt=0, history_since__isnull=False
+            ).values_list("name", "history_since")
+        }
+        self.active, self.busy = active, busy
+        # Replaced only when they change, so readers can tell by identity.
+        if (key_policies, node_policies) != self.policies:
+            self.policies = (key_policies, node_policies)
+        if replaced != self.replaced:
+            self.replaced = replaced
+            self.labels.clear()
+        self.extra_token = self.token
+
     # --- keeping up to date -------------------------------------------------------
 
     def _refresh(self) -> None:
@@ -100,7 +227,7 @@ class MatchCache:
         with connection.wrap_database_errors:
             version = raw.execute("PRAGMA data_version").fetchone()[0]
         token = (version, raw.total_changes)
-        if token == self.token:
+        if token == self.token and self.unledgered == len(UNLEDGERED):
             return
         with connection.cursor() as cursor:
             if self.placement_id is None:
@@ -140,23 +267,35 @@ class MatchCache:
         for row_id, label, node in placements:
             self.placement_id = max(self.placement_id, row_id)
             for key in split_pipeline_label(label):
-                if key in self.counts:
+                if key in self.counts or key in self.rows:
                     pairs.setdefault(key, set()).add(node)
         for row_id, key, node in adjustments:
             self.adjustment_id = max(self.adjustment_id, row_id)
-            if key in self.counts:
+            if key in self.counts or key in self.rows:
                 pairs.setdefault(key, set()).add(node)
+        end = len(UNLEDGERED)
+        for keys, node in UNLEDGERED[self.unledgered : end]:
+            for key in keys:
+                if key in self.counts or key in self.rows:
+                    pairs.setdefault(key, set()).add(node)
+        self.unledgered = end
         for key, nodes in pairs.items():
             self._reread(cursor, key, sorted(nodes))
 
     def _reread(self, cursor, key: str, nodes: list[str]) -> None:
         marks = ", ".join(["%s"] * len(nodes))
         cursor.execute(
-            f"SELECT node, count FROM {KeyNode._meta.db_table} "
+            f"SELECT node, count, decayed_weight, decayed_at "
+            f"FROM {KeyNode._meta.db_table} "
             f"WHERE key = %s AND node IN ({marks})",
             [key, *nodes],
         )
-        found = dict(cursor.fetchall())
+        rows = {node: (count, weight, at) for node, count, weight, at in cursor}
+        if key in self.rows:
+            self._reread_warm(key, nodes, rows)
+        if key not in self.counts:
+            return
+        found = {node: row[0] for node, row in rows.items()}
         counts = self.counts[key]
         for node in nodes:
             count = found.get(node, 0)
@@ -169,6 +308,25 @@ class MatchCache:
                 best = self.best[label] = dict(best)
                 for node in nodes:
                     self._place(label, best, node)
+
+    def _reread_warm(self, key, nodes, rows) -> None:
+        cached = self.rows[key]
+        for node in nodes:
+            row = rows.get(node)
+            if row is not None and row[0] > 0:
+                cached[node] = row
+            else:
+                cached.pop(node, None)
+        for label, warm in list(self.labels.items()):
+            if key in label:
+                if len(warm.changes) + len(nodes) > MAX_CHANGES:
+                    # Readers holding the old one start over.
+                    fresh = self.labels[label] = WarmLabel(label)
+                    fresh.history = warm.history
+                    warm = fresh
+                for node in nodes:
+                    self._warm_node(warm, node)
+                warm.changes.extend(nodes)
 
     # --- building -----------------------------------------------------------------
 

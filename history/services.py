@@ -54,7 +54,12 @@ def split_pipeline_label(value: str | None) -> list[str]:
 
 
 def increment_key_nodes(
-    *, keys: Iterable[str], node: str, by: int = 1, now: datetime | None = None
+    *,
+    keys: Iterable[str],
+    node: str,
+    by: int = 1,
+    now: datetime | None = None,
+    ledgered: bool = False,
 ) -> None:
     """Add `by` to KeyNode(key, node) for every key, creating missing rows.
 
@@ -66,6 +71,11 @@ def increment_key_nodes(
     `decayed_at`) exact: the stored weight and the new one are both carried to the
     later of the two instants, halving once per half-life, then added (see
     `accumulate_decayed`, which does the same in Python for the simulator).
+
+    `ledgered` says the caller writes a ledger row in the same transaction
+    (`record_placement`); without one, the write is announced to this process's
+    match caches once committed (other processes' caches learn of a KeyNode change
+    from the ledger only).
     """
     unique_keys = list(dict.fromkeys(keys))
     if not unique_keys:
@@ -91,6 +101,11 @@ def increment_key_nodes(
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+    if not ledgered:
+        from history.matchcache import UNLEDGERED
+
+        pair = (tuple(unique_keys), node)
+        transaction.on_commit(lambda: UNLEDGERED.append(pair))
 
 
 def record_placement(
@@ -134,7 +149,7 @@ def record_placement(
                 Placement.objects.filter(pk=placement.pk).update(
                     warmth=placement.warmth
                 )
-            increment_key_nodes(keys=keys, node=node, now=now)
+            increment_key_nodes(keys=keys, node=node, now=now, ledgered=True)
     return created
 
 
@@ -252,6 +267,23 @@ def derive_best_matches(*, keys: Sequence[str], derive):
     """
     if connection.vendor == "sqlite" and not connection.in_atomic_block:
         return _match_cache().derive(keys, derive)
+    return None
+
+
+def warm_state(*, keys: Sequence[str], label: str):
+    """This thread's up-to-date `warm` inputs for a label, or None where none are
+    kept (PostgreSQL, inside a transaction): callers then use `key_node_history`,
+    `active_pods` and `scoring_policies`.
+
+    Returns the `history.matchcache.MatchCache`, brought up to date (one PRAGMA
+    when nothing was committed since the last call), and the label's
+    `history.matchcache.WarmLabel`. The cache's `active.get(label, {})` and `busy`
+    are what `active_pods(label=label)` returns, its `policies` what
+    `scoring_policies` returns for every key, `memo` is free for derived data.
+    """
+    if connection.vendor == "sqlite" and not connection.in_atomic_block and keys:
+        cache = _match_cache()
+        return cache, cache.warm(keys)
     return None
 
 

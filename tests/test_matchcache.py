@@ -1,15 +1,19 @@
 """best_matches on SQLite answers from a per-thread cache: it must always agree with
 the query it replaces, whoever writes (this connection, another one) and however."""
 
+import math
 import random
 import threading
+import time
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection, transaction
 
-from extender.strategies import SeedStrategy
+from extender.scoring import WarmRules, WarmWindow
+from extender.strategies import SeedStrategy, WarmStrategy
 from history import services
-from history.models import KeyNode
+from history.models import KeyNode, KeyPolicy, NodePolicy
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -135,3 +139,175 @@ def test_cache_survives_a_reconnect_and_a_rolled_back_write():
         raise Rollback
     assert cached(["ci", "java"]) == queried(["ci", "java"])
     assert "node-3" not in cached(["ci", "java"])
+
+
+# --- the `warm` strategy's inputs and kept scores -----------------------------------
+
+DAY = 86400.0
+WARM_NODES = [*NODES, "stranger"]
+
+
+def warm_uncached(strategy, label, now):
+    with transaction.atomic():
+        return (
+            strategy.score(label=label, nodes=WARM_NODES, now=now),
+            strategy.explain(label=label, nodes=WARM_NODES, now=now),
+        )
+
+
+def assert_warm_agrees(now, strategies=None):
+    """Every label's warm scores and explanations, kept and recomputed, agree."""
+    strategies = strategies or [WarmStrategy(), WarmStrategy(WarmRules(min_weight=1))]
+    for strategy in strategies:
+        for label in LABELS:
+            assert not connection.in_atomic_block
+            kept = strategy.score(label=label, nodes=WARM_NODES, now=now)
+            explained = strategy.explain(label=label, nodes=WARM_NODES, now=now)
+            scores, explanation = warm_uncached(strategy, label, now)
+            assert kept == scores, (label, now)
+            assert explained == explanation, (label, now)
+            assert kept == [row["score"] for row in explanation]
+
+
+def place(uid, label, node, at=None):
+    services.record_placement(
+        pod_uid=uid, namespace="ns", name=uid, label=label, node=node, bound_at=at
+    )
+
+
+def test_warm_follows_every_kind_of_write():
+    rng = random.Random(5)
+    start = time.time()
+    # Rows of every age: written without a ledger row, as the simulator and
+    # tooling do, from another connection.
+    in_other_connection(
+        lambda: [
+            services.increment_key_nodes(
+                keys=services.split_pipeline_label(rng.choice(LABELS)),
+                node=rng.choice(NODES),
+                now=datetime.fromtimestamp(start - rng.uniform(0, 40) * DAY, UTC),
+            )
+            for _ in range(150)
+        ]
+    )
+    for i in range(40):
+        place(f"seed-{i}", rng.choice(LABELS), rng.choice(NODES))
+    assert_warm_agrees(start)
+    # A write without a ledger row once the label is cached.
+    in_other_connection(
+        lambda: services.increment_key_nodes(keys=["ci", "go", "p2"], node="node-0")
+    )
+    services.increment_key_nodes(keys=["ci", "java"], node="node-2", by=30)
+    assert_warm_agrees(start)
+
+    # Placements and finishes from another connection (the watcher).
+    def watcher():
+        for i in range(20):
+            place(f"w-{i}", rng.choice(LABELS), rng.choice(NODES[:10]))
+        for i in range(0, 40, 3):
+            services.finish_placement(pod_uid=f"seed-{i}")
+
+    in_other_connection(watcher)
+    assert_warm_agrees(start)
+    services.finish_placement(pod_uid="w-1")
+    assert_warm_agrees(start)
+
+    # Admin edits: set, create, reset, halve, delete.
+    rows = list(KeyNode.objects.order_by("id"))
+    services.set_key_node_count(key_node=rows[0], count=0, actor="admin")
+    services.set_key_node_count(key_node=rows[1], count=3, actor="admin")
+    services.create_key_node(key="p1", node="stranger", count=4, actor="admin")
+    assert_warm_agrees(start)
+    services.reset_key_nodes(key_nodes=rows[2:6], actor="admin")
+    services.halve_key_nodes(key_nodes=rows[6:12], actor="admin")
+    assert_warm_agrees(start)
+    in_other_connection(
+        lambda: services.delete_key_nodes(key_nodes=rows[12:20], actor="admin")
+    )
+    assert_warm_agrees(start)
+
+    # Node replacements and policy edits, here and from another connection.
+    services.record_node_seen(name="node-3", uid="a")
+    services.record_node_seen(name="node-3", uid="b")
+    assert_warm_agrees(start)
+    in_other_connection(lambda: services.record_node_seen(name="node-4", uid="a"))
+    in_other_connection(lambda: services.record_node_seen(name="node-4", uid="b"))
+    assert_warm_agrees(start)
+    KeyPolicy.objects.create(key="java", weight=2.0)
+    NodePolicy.objects.create(key="ci", node="node-7", action="ban")
+    NodePolicy.objects.create(key="maven", node="stranger", action="pin")
+    assert_warm_agrees(start)
+    in_other_connection(lambda: KeyPolicy.objects.filter(key="java").update(weight=0.5))
+    assert_warm_agrees(start)
+    KeyPolicy.objects.create(key="go", enabled=False)
+    NodePolicy.objects.filter(node="node-7").delete()
+    assert_warm_agrees(start)
+
+    # Time passing: within a window, across windows, across many half-lives.
+    for step in (1, 60, 299, 301, 3600, DAY, 7 * DAY, 30 * DAY, 400 * DAY):
+        assert_warm_agrees(start + step)
+    now = start
+    for _ in range(40):
+        now += rng.uniform(0, 3 * DAY)
+        assert_warm_agrees(now, [WarmStrategy()])
+    # And back.
+    assert_warm_agrees(start - DAY)
+
+
+def test_warm_survives_a_reconnect_and_a_rolled_back_write():
+    now = time.time()
+    place("a", "ci-java", "node-1")
+    place("b", "ci-java-maven-p1", "node-2")
+    assert_warm_agrees(now)
+    connection.close()
+    place("c", "ci-java", "node-3")
+    assert_warm_agrees(now)
+
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback), transaction.atomic():
+        place("d", "ci-java", "node-4")
+        services.finish_placement(pod_uid="a")
+        KeyPolicy.objects.create(key="ci", enabled=False)
+        raise Rollback
+    assert_warm_agrees(now)
+    assert (
+        WarmStrategy().explain(label="ci-java", nodes=["node-4"], now=now)[0][
+            "matched_segment"
+        ]
+        is None
+    )
+
+
+def test_warm_scores_at_a_recency_boundary():
+    """A node whose weight falls below min_weight inside a window is worked out at
+    the instant asked about, not at the window's start."""
+    rules = WarmRules()
+    half_life = services.half_life_seconds()
+    placed = 1_700_000_000.0
+    services.increment_key_nodes(
+        keys=["ci", "java"], node="node-1", now=datetime.fromtimestamp(placed, UTC)
+    )
+    # The weight is 1 at `placed` and reaches min_weight after log2(1/0.1) halvings.
+    forgotten = placed + half_life * math.log2(1 / rules.min_weight)
+    strategy = WarmStrategy(rules)
+    seen = set()
+    for offset in (-2, -1, -0.5, 0, 0.5, 1, 2):
+        now = forgotten + offset
+        kept = strategy.score(label="ci-java", nodes=WARM_NODES, now=now)
+        assert kept == warm_uncached(strategy, "ci-java", now)[0], offset
+        seen.add(kept[1])
+    # The node was worked out per call, and its score did change.
+    assert len(seen) == 2
+
+
+def test_a_broken_invalidation_is_caught(monkeypatch):
+    """The agreement check fails when the kept scores miss a change."""
+    now = time.time()
+    place("a", "ci-java", "node-1")
+    assert_warm_agrees(now)
+    monkeypatch.setattr(WarmWindow, "set_node", lambda *args: None)
+    place("b", "ci-java-maven-p1", "node-2")
+    with pytest.raises(AssertionError):
+        assert_warm_agrees(now)
