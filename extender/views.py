@@ -5,6 +5,7 @@ to the database. The extender views carry no authentication: only kube-scheduler
 the same pod reaches them (see the deploy notes).
 """
 
+import functools
 import logging
 import time
 
@@ -43,9 +44,31 @@ class ExtenderView(APIView):
     http_method_names = ["post", "options"]
     is_extender = True
 
+    throttle_classes = []
+
     @property
     def max_body_bytes(self):
         return settings.KSSCHED_MAX_BODY_BYTES
+
+    # Parsers, renderers, the negotiator and AllowAny keep no state between
+    # requests: made once per class instead of on every call (DRF makes them per
+    # request). Throttles do keep state, and there are none.
+
+    def get_parsers(self):
+        return _instances(tuple(self.parser_classes))
+
+    def get_renderers(self):
+        return _instances(tuple(self.renderer_classes))
+
+    def get_permissions(self):
+        return _instances(tuple(self.permission_classes))
+
+    def get_content_negotiator(self):
+        return _instances((self.content_negotiation_class,))[0]
+
+    def perform_authentication(self, request):
+        """Nothing to do up front: there are no authenticators, and DRF resolves
+        `request.user` (None) lazily if anything asks for it."""
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
@@ -132,6 +155,12 @@ class VersionView(APIView):
         if request.accepted_renderer.format == "txt":
             return Response(version)
         return Response({"version": version})
+
+
+@functools.cache
+def _instances(classes: tuple) -> tuple:
+    """One shared instance of each of `classes` (stateless DRF components)."""
+    return tuple(cls() for cls in classes)
 
 
 def extender_exception_handler(exc, context):

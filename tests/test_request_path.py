@@ -6,10 +6,13 @@ import gc
 
 import orjson
 import pytest
+from rest_framework.parsers import FormParser
+from rest_framework.permissions import AllowAny
 from rest_framework.test import APIClient
 
 from extender import parsers
 from extender.serializers import HostPriorityList, unique_names
+from extender.views import AlwaysTruePredicateView, PipelinePriorityView
 
 FILTER_URL = "/scheduler/predicates/alwaystrue"
 
@@ -160,3 +163,28 @@ def test_prioritize_answers_awkward_names_as_valid_json(client):
     assert [entry["Host"] for entry in reply] == ["plain", *AWKWARD_NAMES]
     assert all(set(entry) == {"Host", "Score"} for entry in reply)
     assert all(type(entry["Score"]) is int for entry in reply)
+
+
+def test_extender_views_share_their_stateless_drf_components():
+    first, second = PipelinePriorityView(), AlwaysTruePredicateView()
+    assert first.get_parsers() is second.get_parsers()
+    assert first.get_renderers() is second.get_renderers()
+    assert first.get_content_negotiator() is second.get_content_negotiator()
+    assert [type(p) for p in first.get_permissions()] == [AllowAny]
+    assert first.get_throttles() == []
+
+    class TextOnly(AlwaysTruePredicateView):
+        parser_classes = [FormParser]
+
+    assert [type(p) for p in TextOnly().get_parsers()] == [FormParser]
+
+
+def test_extender_options_and_allow_header_are_drfs(client):
+    response = client.options(FILTER_URL)
+    assert response.status_code == 200
+    assert response["Allow"] == "POST, OPTIONS"
+    body = orjson.dumps({"Pod": {}, "Nodes": None, "NodeNames": ["a"]})
+    response = client.generic("POST", PRIORITIZE_URL, body, "application/json")
+    assert response["Allow"] == "POST, OPTIONS"
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["X-Frame-Options"] == "DENY"
