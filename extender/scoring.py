@@ -431,6 +431,8 @@ class WarmWindow:
         self.best: dict[str, tuple[int, str, int, float] | None] = {}
         self.fixed: dict[str, int] = {}
         self.unsettled: set[str] = set()
+        # Settled node -> (pods, load, score) of the last call that penalised it.
+        self.penalised: dict[str, tuple[int, float, int]] = {}
         self.cold = MIN_SCORE
         if self.enabled:
             self.cold = _warm_steps(None, self.segments, 0, 0.0, None, policy, rules)[3]
@@ -455,6 +457,7 @@ class WarmWindow:
         if not self.enabled:
             return
         self.unsettled.discard(node)
+        self.penalised.pop(node, None)
         if not early:
             if node in self.policy.nodes:
                 self._fix(node, None)
@@ -481,46 +484,38 @@ class WarmWindow:
         if not self.enabled:
             return [MIN_SCORE] * len(nodes)
         policy, rules, segments = self.policy, self.rules, self.segments
+        fixed = self.fixed
+        # Nodes whose score is not the kept one: unsettled, with pods of the label,
+        # with load above the mean. Only those asked about are worked out.
+        maybe = self.unsettled | active.keys()
+        if busy and rules.load_penalty:
+            maybe |= busy.keys() & fixed.keys()
+        if not maybe:
+            return list(map(fixed.get, nodes, repeat(self.cold)))
+        wanted = maybe.intersection(nodes)
         excess = _excess_load(busy, nodes, rules)
         rule = policy.nodes.get
+        unsettled, penalised = self.unsettled, self.penalised
         changed: dict[str, int] = {}
-        for node in self.unsettled:
-            best = _best_segment(
-                history.get(node, ()), self.positions, rules.min_weight
-            )
-            changed[node] = _warm_steps(
-                best,
-                segments,
-                active.get(node, 0),
-                excess(node),
-                rule(node),
-                policy,
-                rules,
-            )[3]
-        for node, pods in active.items():
-            if node not in changed:
+        for node in wanted:
+            pods = active.get(node, 0)
+            load = excess(node)
+            if node in unsettled:
+                best = _best_segment(
+                    history.get(node, ()), self.positions, rules.min_weight
+                )
                 changed[node] = _warm_steps(
-                    self.best.get(node),
-                    segments,
-                    pods,
-                    excess(node),
-                    rule(node),
-                    policy,
-                    rules,
+                    best, segments, pods, load, rule(node), policy, rules
                 )[3]
-        if busy and rules.load_penalty:
-            for node in busy:
-                if node in self.fixed and node not in changed:
-                    load = excess(node)
-                    if load:
-                        changed[node] = _warm_steps(
-                            self.best[node],
-                            segments,
-                            0,
-                            load,
-                            rule(node),
-                            policy,
-                            rules,
-                        )[3]
-        get = ({**self.fixed, **changed} if changed else self.fixed).get
-        return list(map(get, nodes, repeat(self.cold)))
+            elif pods or load or node not in fixed:
+                last = penalised.get(node)
+                if last is not None and last[0] == pods and last[1] == load:
+                    changed[node] = last[2]
+                    continue
+                score = _warm_steps(
+                    self.best.get(node), segments, pods, load, rule(node), policy, rules
+                )[3]
+                penalised[node] = (pods, load, score)
+                changed[node] = score
+        # changed.get(node, fixed.get(node, cold)) for each node, without a loop.
+        return list(map(changed.get, nodes, map(fixed.get, nodes, repeat(self.cold))))

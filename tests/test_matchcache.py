@@ -279,6 +279,19 @@ def test_warm_survives_a_reconnect_and_a_rolled_back_write():
         is None
     )
 
+    # A pod of the label ends as one of another label starts on the same node: the
+    # node's load stays, its same-label pods do not.
+    place("e", "ci-java-p1", "node-5")
+    assert_warm_agrees(now)
+
+    def swap():
+        with transaction.atomic():
+            services.finish_placement(pod_uid="e")
+            place("f", "other", "node-5")
+
+    in_other_connection(swap)
+    assert_warm_agrees(now)
+
 
 def test_warm_scores_at_a_recency_boundary():
     """A node whose weight falls below min_weight inside a window is worked out at
