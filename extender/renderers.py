@@ -44,3 +44,12 @@ class ExtenderContentNegotiation(DefaultContentNegotiation):
     def select_renderer(self, request, renderers, format_suffix=None):
         renderer = renderers[0]
         return renderer, renderer.media_type
+
+    def select_parser(self, request, parsers):
+        """A Content-Type that is exactly a parser's media type picks it at once;
+        anything else (parameters, other types) goes through DRF's matching."""
+        content_type = request.content_type
+        for parser in parsers:
+            if content_type == parser.media_type:
+                return parser
+        return super().select_parser(request, parsers)

@@ -188,3 +188,22 @@ def test_extender_options_and_allow_header_are_drfs(client):
     assert response["Allow"] == "POST, OPTIONS"
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["X-Frame-Options"] == "DENY"
+
+
+@pytest.mark.parametrize(
+    "content_type, status",
+    [
+        ("application/json", 200),
+        ("application/json; charset=utf-8", 200),
+        ("APPLICATION/JSON", 200),
+        ("application/*", 200),
+        ("text/plain", 415),
+        ("application/jsonx", 415),
+    ],
+)
+def test_extender_content_type_matching_is_drfs(client, content_type, status):
+    body = orjson.dumps({"Pod": {}, "Nodes": None, "NodeNames": ["a"]})
+    response = client.generic("POST", PRIORITIZE_URL, body, content_type)
+    assert response.status_code == status
+    if status == 200:
+        assert orjson.loads(response.content) == [{"Host": "a", "Score": 0}]
