@@ -35,8 +35,10 @@ from history.services import (
     warm_state,
 )
 
-# `warm` scores are kept for windows of this many seconds (see WarmStrategy.score).
-WARM_WINDOW_SECONDS = 300.0
+# `warm` scores are kept for time windows of this many half-lives (about 50 minutes
+# for the default of 7 days; see WarmStrategy): over one, a weight falls by 0.35 %,
+# so only a node in a few hundred sits near a boundary and is worked out per call.
+WARM_WINDOW_HALF_LIVES = 1 / 200
 
 
 class SeedStrategy:
@@ -93,17 +95,21 @@ class WarmStrategy:
     replacement left out), the active pods of the label per node, and the policies.
 
     On SQLite outside a transaction the inputs come from this thread's
-    `history.matchcache.MatchCache` (one PRAGMA per call while nothing changed;
-    the ledger, active pods, policies and node replacements are re-read when
-    something was committed), and `score` keeps, per label, a
-    `scoring.WarmWindow`: the scores valid for a window of WARM_WINDOW_SECONDS
-    (aligned on multiples of it) containing `now`. The answer is exactly that of
-    the uncached computation with the same `now`: nodes whose score could change
-    inside the window are weighed at `now` on every call, nodes with active pods or
-    excess load get their penalties per call, and the window is brought up to date
-    node by node as their history changes (rebuilt when the window, the policies or
-    a node replacement change). Elsewhere: five small queries per request, none per
-    node.
+    `history.matchcache.MatchCache`: one PRAGMA per call while nothing was
+    committed; when something was, the ledger rows added since name the KeyNode
+    rows to re-read, and active pods, policies and node replacements are re-read.
+
+    `score` then keeps, per label (and rules and half-life), a `scoring.WarmWindow`:
+    the scores that hold at every instant of the time window containing `now`
+    (windows are WARM_WINDOW_HALF_LIVES of a half-life long, aligned on multiples
+    of their length). Its answer is exactly the uncached computation's with the
+    same `now`, to the integer: a node's kept score is used only where it is proven
+    constant over the window (`scoring._settled`); the other nodes are weighed at
+    `now` on every call, as are the penalties of nodes with active pods or excess
+    load. A node whose history changes is re-examined alone; a new window, a
+    policy change or a node replacement rebuilds the label's window. `explain`
+    always weighs every row at `now`. Elsewhere (PostgreSQL, inside a
+    transaction): five small queries per request, none per node.
     """
 
     name = "warm"
@@ -171,8 +177,9 @@ class WarmStrategy:
     def _window(self, cache, warm, keys, now: float) -> WarmWindow:
         """The label's WarmWindow for the window holding `now`, up to date."""
         half_life = half_life_seconds()
-        start = (now // WARM_WINDOW_SECONDS) * WARM_WINDOW_SECONDS
-        end = start + WARM_WINDOW_SECONDS
+        length = half_life * WARM_WINDOW_HALF_LIVES
+        start = (now // length) * length
+        end = start + length
         if not start <= now <= end:
             start = end = now
         memo_key = ("warm", warm.keys, self.rules, half_life)
