@@ -1,5 +1,6 @@
 """The `warm` strategy: every scoring rule, pure and through the database."""
 
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from extender.scoring import (
     NO_POLICY,
     WarmRules,
+    WarmWindow,
     resolve_policy,
     warm_band,
     warm_explain,
@@ -377,3 +379,80 @@ def test_warm_is_the_default_outside_the_test_suite(tmp_path):
         check=True,
     )
     assert result.stdout.strip() == "warm"
+
+
+def test_kept_window_scores_equal_warm_scores_at_every_instant():
+    """WarmWindow answers what warm_scores answers at any instant of its window,
+    with rows built to cross min_weight and rounding boundaries inside it."""
+    rng = random.Random(11)
+    half_life = 7 * DAY
+    rules = WarmRules()
+
+    def weigh(rows, now):
+        return [
+            (key, count, decayed_weight(weight=w, at=at, now=now, half_life=half_life))
+            for key, count, w, at in rows
+        ]
+
+    unsettled = 0
+    for _ in range(60):
+        keys = ["a", "b", "c", "d"][: rng.randint(1, 4)]
+        start = 1.7e9 + rng.uniform(0, DAY)
+        end = start + rng.choice([60.0, 3024.0, DAY])
+        nodes = [f"n{i}" for i in range(40)]
+        history = {}
+        for node in nodes[:35]:
+            rows = []
+            for index, key in enumerate(keys):
+                kind = rng.random()
+                if kind < 0.3:
+                    continue
+                count = rng.randint(1, 30)
+                crossing = start + rng.uniform(0, end - start)
+                if kind < 0.5:
+                    # Falls to min_weight inside the window.
+                    target = rules.min_weight
+                elif kind < 0.7:
+                    # Its band position crosses a half-integer inside the window.
+                    low, high = warm_band(index=index, segments=len(keys))
+                    if high == low:
+                        continue
+                    half = rng.randrange(high - low) + 0.5
+                    target = rules.saturation * half / (high - low - half)
+                else:
+                    rows.append((key, count, rng.uniform(0, count), start - 9 * DAY))
+                    continue
+                weight = target * 2 ** ((crossing - start) / half_life)
+                rows.append((key, max(count, int(weight) + 1), weight, start))
+            if rows:
+                history[node] = rows
+        policy = rng.choice(
+            [
+                NO_POLICY,
+                resolve_policy(
+                    keys=keys,
+                    key_policies={keys[-1]: (True, 1.7)},
+                    node_policies={keys[0]: {"n3": "ban", "n39": "pin"}},
+                ),
+            ]
+        )
+        active = {node: rng.randint(1, 3) for node in rng.sample(nodes, 5)}
+        busy = {node: active.get(node, 0) + rng.randint(0, 2) for node in nodes[::3]}
+        window = WarmWindow(keys=keys, policy=policy, rules=rules)
+        for node, rows in history.items():
+            window.set_node(node, weigh(rows, start), weigh(rows, end))
+        unsettled += len(window.unsettled)
+        for now in [start, end, *(rng.uniform(start, end) for _ in range(15))]:
+            exact = {node: weigh(rows, now) for node, rows in history.items()}
+            asked = rng.sample(nodes, rng.randint(1, 40))
+            kept = window.scores(nodes=asked, active=active, busy=busy, history=exact)
+            assert kept == warm_scores(
+                keys=keys,
+                history=exact,
+                active=active,
+                busy=busy,
+                policy=policy,
+                nodes=asked,
+                rules=rules,
+            )
+    assert unsettled > 0
