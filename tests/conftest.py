@@ -4,14 +4,14 @@ PostgreSQL or browser tests.
 """
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.servers import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parent.parent
 # ExtenderArgs bodies exactly as kube-scheduler sends them.
@@ -55,12 +55,6 @@ def load_fixture(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def database_env() -> dict[str, str]:
     """Environment that points a subprocess at the database the tests use now."""
     from django.db import connection
@@ -85,19 +79,6 @@ def database_env() -> dict[str, str]:
         port = settings_dict.get("PORT") or 5432
         env["DATABASE_URL"] = f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
     return env
-
-
-def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"process exited with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on port {port} after {timeout} s")
 
 
 @contextmanager

@@ -36,6 +36,7 @@ from pathlib import Path
 import orjson
 
 from tests.bench import data
+from tests.servers import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parent.parent.parent
 FILTER_PATH = "/scheduler/predicates/alwaystrue"
@@ -201,25 +202,6 @@ def stats(timings: list[float], rps: float) -> Stats:
 
 
 # --- servers --------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on {port}")
 
 
 def start_gunicorn(app: str, env: dict, log_path: Path) -> tuple[subprocess.Popen, int]:
