@@ -117,8 +117,19 @@ class WarmStrategy:
     def __init__(self, rules: WarmRules | None = None):
         self.rules = rules or WarmRules()
 
-    def inputs(self, *, label: str | None, nodes: list[str], now: float | None = None):
-        """The plain data `warm_scores` and `warm_explain` take, from the database."""
+    def inputs(
+        self,
+        *,
+        label: str | None,
+        nodes: list[str],
+        now: float | None = None,
+        settle: bool = False,
+    ):
+        """The plain data `warm_scores` and `warm_explain` take, from the database.
+
+        `settle` (for scores only) leaves out rows that cannot decide a node's
+        score (see `key_node_history`); explanations need every row.
+        """
         keys = split_pipeline_label(label)
         if not keys:
             return {
@@ -132,7 +143,11 @@ class WarmStrategy:
         half_life = half_life_seconds()
         state = warm_state(keys=keys, label=label)
         if state is None:
-            rows = key_node_history(keys=keys, nodes=nodes)
+            rows = key_node_history(
+                keys=keys,
+                nodes=nodes,
+                settled=(self.rules.min_weight, now, half_life) if settle else None,
+            )
             key_policies, node_policies = scoring_policies(keys=keys)
             active, busy = active_pods(label=label)
         else:
@@ -158,7 +173,7 @@ class WarmStrategy:
         keys = split_pipeline_label(label)
         state = warm_state(keys=keys, label=label) if keys else None
         if state is None:
-            data = self.inputs(label=label, nodes=nodes, now=now)
+            data = self.inputs(label=label, nodes=nodes, now=now, settle=True)
             return warm_scores(nodes=nodes, rules=self.rules, **data)
         cache, warm = state
         now = time.time() if now is None else now

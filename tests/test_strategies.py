@@ -4,6 +4,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 
 from extender.scoring import (
     NO_POLICY,
@@ -456,3 +457,60 @@ def test_kept_window_scores_equal_warm_scores_at_every_instant():
                 rules=rules,
             )
     assert unsettled > 0
+
+
+@pytest.mark.django_db
+def test_scores_read_only_the_rows_that_decide_and_agree_with_all_rows(settings):
+    """On PostgreSQL `score` leaves less specific rows in the database when a more
+    specific one surely decides; the scores are those computed from every row."""
+    settings.KSSCHED_HALF_LIFE_DAYS = 7
+    rng = random.Random(4)
+    half_life = 7 * DAY
+    now = T0.timestamp()
+    keys = ["ci", "java", "maven", "app"]
+    rows = []
+    nodes = [f"n{i}" for i in range(1100)]
+    for node in nodes[:110]:
+        for key in rng.sample(keys, rng.randint(1, 4)):
+            count = rng.randint(1, 40)
+            kind = rng.random()
+            if kind < 0.2:
+                weight, at = float(count), 0.0  # made by hand
+            elif kind < 0.5:
+                # Exactly at min_weight now, or just around it.
+                at = now - rng.uniform(0, 30 * DAY)
+                weight = RULES.min_weight * 2 ** ((now - at) / half_life)
+                weight *= rng.choice([1.0, 1 + 1e-12, 1 - 1e-12, 1.5, 0.5])
+            else:
+                at = now - rng.uniform(-DAY, 90 * DAY)
+                weight = rng.uniform(0, count)
+            rows.append(
+                KeyNode(
+                    key=key,
+                    node=node,
+                    count=count,
+                    decayed_weight=weight,
+                    decayed_at=at,
+                )
+            )
+    KeyNode.objects.bulk_create(rows)
+    record_node_seen(name="n3", uid="a", now=T0 - timedelta(days=40))
+    record_node_seen(name="n3", uid="b", now=T0 - timedelta(days=20))
+    strategy = WarmStrategy()
+    for when in (now, now + 3 * DAY, now + 40 * DAY):
+        every = strategy.inputs(label="ci-java-maven-app", nodes=nodes, now=when)
+        fewer = strategy.inputs(
+            label="ci-java-maven-app", nodes=nodes, now=when, settle=True
+        )
+        assert set(fewer["history"]) == set(every["history"])
+        if connection.vendor == "postgresql":
+            read = sum(map(len, fewer["history"].values()))
+            assert read < sum(map(len, every["history"].values()))
+        expected = warm_scores(nodes=nodes, rules=RULES, **every)
+        assert warm_scores(nodes=nodes, rules=RULES, **fewer) == expected
+        assert strategy.score(label="ci-java-maven-app", nodes=nodes, now=when) == (
+            expected
+        )
+        assert [
+            row["score"] for row in warm_explain(nodes=nodes, rules=RULES, **every)
+        ] == expected
