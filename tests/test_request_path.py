@@ -134,11 +134,12 @@ def test_host_priority_list_writes_what_orjson_writes_for_the_dicts(nodes):
     assert len(reply) == len(nodes)
 
 
-@pytest.mark.parametrize("odd", [11, -1, 2**40, 2.5, None])
+@pytest.mark.parametrize("odd", [11, -1, 2**40, 2.5, None, [3]])
 def test_host_priority_list_scores_outside_0_to_10_take_the_general_path(odd):
     nodes = ["a", "b", "c"]
     for scores in ([odd, 1, 2], [1, odd, 2], [1, 2, odd]):
         assert HostPriorityList(nodes, scores).to_json() == dicts_json(nodes, scores)
+    assert HostPriorityList(["a"], [odd]).to_json() == dicts_json(["a"], [odd])
 
 
 def test_host_priority_list_needs_one_score_per_node():
