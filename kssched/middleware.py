@@ -8,6 +8,7 @@ certificate signed by that CA. `/healthz`, `/readyz`, `/metrics` and `/admin/`
 are not affected.
 """
 
+import functools
 import ipaddress
 import logging
 import time
@@ -49,10 +50,21 @@ def has_verified_client_certificate(request) -> bool:
     )
 
 
+def _observe(request, response, seconds: float) -> None:
+    """observe_extender_request, logged if it fails (Django's close() would hide it)."""
+    try:
+        observe_extender_request(request, response, seconds)
+    except Exception:
+        logger.exception("Could not record metrics for %s", request.path_info)
+
+
 class ExtenderMiddleware:
     """Refuse non-loopback extender callers (without mTLS) and record metrics.
 
-    Other paths pass straight through after one string comparison.
+    The latency is measured up to the rendered response; the metrics are written
+    when the response is closed, after the reply went out (every WSGI server closes
+    it, as does Django's test client). Other paths pass straight through after one
+    string comparison.
     """
 
     def __init__(self, get_response):
@@ -67,7 +79,13 @@ class ExtenderMiddleware:
             response = self.get_response(request)
         else:
             response = self._refuse(request, address)
-        observe_extender_request(request, response, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        # Recorded when the server closes the response, which it does once the
+        # reply is written: kube-scheduler does not wait for the metrics. First
+        # among the closers, while the view's reply data is still there.
+        response._resource_closers.insert(
+            0, functools.partial(_observe, request, response, seconds)
+        )
         return response
 
     def process_exception(self, request, exception):

@@ -6,6 +6,9 @@ import gc
 
 import orjson
 import pytest
+from django.core.handlers.wsgi import WSGIHandler
+from django.test import RequestFactory
+from prometheus_client import REGISTRY
 from rest_framework.parsers import FormParser
 from rest_framework.permissions import AllowAny
 from rest_framework.test import APIClient
@@ -13,6 +16,7 @@ from rest_framework.test import APIClient
 from extender import parsers
 from extender.serializers import HostPriorityList, unique_names
 from extender.views import AlwaysTruePredicateView, PipelinePriorityView
+from kssched import middleware
 
 FILTER_URL = "/scheduler/predicates/alwaystrue"
 
@@ -208,3 +212,45 @@ def test_extender_content_type_matching_is_drfs(client, content_type, status):
     assert response.status_code == status
     if status == 200:
         assert orjson.loads(response.content) == [{"Host": "a", "Score": 0}]
+
+
+def _request_count(verb):
+    return (
+        REGISTRY.get_sample_value(
+            "kssched_extender_request_seconds_count", {"verb": verb}
+        )
+        or 0
+    )
+
+
+def test_metrics_are_recorded_when_the_response_closes(settings):
+    """The reply is complete before its metrics are written (at close)."""
+    verb = "priorities/pipeline"
+    before = _request_count(verb)
+    body = orjson.dumps({"Pod": {}, "Nodes": None, "NodeNames": ["a", "b"]})
+    request = RequestFactory().generic(
+        "POST", PRIORITIZE_URL, body, "application/json", REMOTE_ADDR="127.0.0.1"
+    )
+    response = WSGIHandler().get_response(request)
+    assert response.status_code == 200
+    assert orjson.loads(response.content) == [
+        {"Host": "a", "Score": 0},
+        {"Host": "b", "Score": 0},
+    ]
+    assert _request_count(verb) == before
+    response.close()
+    assert _request_count(verb) == before + 1
+
+
+def test_a_failing_metric_is_logged_not_hidden(monkeypatch, caplog):
+    def broken(*args):
+        raise RuntimeError("metrics store unavailable")
+
+    monkeypatch.setattr(middleware, "observe_extender_request", broken)
+    body = orjson.dumps({"Pod": {}, "Nodes": None, "NodeNames": ["a"]})
+    response = APIClient().generic("POST", FILTER_URL, body, "application/json")
+    assert response.status_code == 200
+    assert "Could not record metrics for /scheduler/predicates/alwaystrue" in (
+        caplog.text
+    )
+    assert "metrics store unavailable" in caplog.text
