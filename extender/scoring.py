@@ -451,9 +451,11 @@ class WarmWindow:
             self.rules,
         )[3]
 
-    def set_node(self, node: str, early, late) -> None:
+    def set_node(self, node: str, early, late, constant: bool = False) -> None:
         """A node's (key, raw count, weight) rows at the window's start and end
-        (empty when the node has no history for the label)."""
+        (empty when the node has no history for the label). `constant` says the
+        weights are the very same numbers at every instant of the window (rows made
+        by hand, placed after the window or decayed to the bound on halvings)."""
         if not self.enabled:
             return
         self.unsettled.discard(node)
@@ -464,7 +466,9 @@ class WarmWindow:
             else:
                 self.best.pop(node, None)
                 self.fixed.pop(node, None)
-        elif _settled(early, late, self.positions, self.rules, self.segments):
+        elif constant or _settled(
+            early, late, self.positions, self.rules, self.segments
+        ):
             self._fix(node, _best_segment(early, self.positions, self.rules.min_weight))
         else:
             self.unsettled.add(node)

@@ -24,6 +24,7 @@ from extender.scoring import (
     warm_scores,
 )
 from history.services import (
+    MAX_HALVINGS,
     active_pods,
     best_matches,
     decayed_weight,
@@ -210,11 +211,7 @@ class WarmStrategy:
             if memo["seen"] < len(changes):
                 for node in set(changes[memo["seen"] :]):
                     rows = warm.history.get(node, ())
-                    window.set_node(
-                        node,
-                        _weigh(rows, start, half_life),
-                        _weigh(rows, end, half_life),
-                    )
+                    _set_node(window, node, rows, start, end, half_life)
                 memo["seen"] = len(changes)
             return window
         key_policies, node_policies = cache.policies
@@ -226,9 +223,7 @@ class WarmStrategy:
             rules=self.rules,
         )
         for node, rows in warm.history.items():
-            window.set_node(
-                node, _weigh(rows, start, half_life), _weigh(rows, end, half_life)
-            )
+            _set_node(window, node, rows, start, end, half_life)
         cache.memo[memo_key] = {
             "warm": warm,
             "start": start,
@@ -249,6 +244,25 @@ class WarmStrategy:
         """
         data = self.inputs(label=label, nodes=nodes, now=now)
         return warm_explain(nodes=nodes, rules=self.rules, **data)
+
+
+def _set_node(
+    window: WarmWindow, node: str, rows, start: float, end: float, half_life: float
+) -> None:
+    """Give `window` a node's rows weighed at its start and end."""
+    # Weights that are the same number whenever they are asked for in the window:
+    # `decayed_weight` returns the stored weight up to `at` and stops halving after
+    # _MAX_HALVINGS half-lives; a row without `at` weighs its count.
+    constant = all(
+        not at or at >= end or (start - at) / half_life >= MAX_HALVINGS
+        for _, _, _, at in rows
+    )
+    window.set_node(
+        node,
+        _weigh(rows, start, half_life),
+        _weigh(rows, end, half_life),
+        constant=constant,
+    )
 
 
 def _weigh(rows, now: float, half_life: float) -> list[tuple[str, int, float]]:

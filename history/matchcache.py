@@ -15,6 +15,14 @@ reads the ledger rows added since the last look and re-reads the counts of the
 it syncs is picked up on the next call. SQLite commits one writer at a time, so ledger
 ids become visible in order and none is skipped.
 
+For the `warm` strategy it also keeps, per key, each node's (count, decayed_weight,
+decayed_at), re-read from the same ledger rows, and per label the rows of every node
+(`WarmLabel`) with a log of the nodes whose rows changed. Active pods, policies and
+node replacements have no ledger: they are re-read whenever SQLite reports any
+commit (finishing a pod is an UPDATE, so it is seen that way). A KeyNode write made
+without a ledger row (`increment_key_nodes` on its own) is announced through
+`UNLEDGERED` to the caches of this process.
+
 Only SQLite uses it, and only outside transactions (an uncommitted write could be
 rolled back after being cached). PostgreSQL answers with one query per call: its
 sequence values are not committed in order, so "ids above the last one seen" could
@@ -213,6 +221,7 @@ class MatchCache:
         if replaced != self.replaced:
             self.replaced = replaced
             self.labels.clear()
+            self.memo.clear()
         self.extra_token = self.token
 
     # --- keeping up to date -------------------------------------------------------

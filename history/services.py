@@ -610,6 +610,8 @@ def prune_placements(
 # 0.5 ** 1000 is still a normal float; PostgreSQL raises on float underflow, so the
 # number of halvings is bounded in SQL and in Python alike.
 _MAX_HALVINGS = 1000.0
+# Beyond this many half-lives a weight stops falling (for callers that rely on it).
+MAX_HALVINGS = _MAX_HALVINGS
 
 
 def half_life_seconds() -> float:

@@ -320,7 +320,7 @@ def test_a_broken_invalidation_is_caught(monkeypatch):
     now = time.time()
     place("a", "ci-java", "node-1")
     assert_warm_agrees(now)
-    monkeypatch.setattr(WarmWindow, "set_node", lambda *args: None)
+    monkeypatch.setattr(WarmWindow, "set_node", lambda *args, **kwargs: None)
     place("b", "ci-java-maven-p1", "node-2")
     with pytest.raises(AssertionError):
         assert_warm_agrees(now)
