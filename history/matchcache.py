@@ -186,34 +186,38 @@ class MatchCache:
             warm.history.pop(node, None)
 
     def _read_extra(self) -> None:
-        """Active pods, policies and node replacements: small, unledgered reads."""
+        """Active pods, policies and node replacements: small, unledgered tables,
+        read in one statement."""
         active: dict[str, dict[str, int]] = {}
         busy: dict[str, int] = {}
+        key_policies: dict[str, tuple[bool, float]] = {}
+        node_policies: dict[str, dict[str, str]] = {}
+        replaced: dict[str, float] = {}
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT node, label, COUNT(*) FROM {Placement._meta.db_table} "
-                f"WHERE finished_at IS NULL GROUP BY node, label"
+                f"SELECT 0, node, label, COUNT(*), NULL "
+                f"FROM {Placement._meta.db_table} "
+                f"WHERE finished_at IS NULL GROUP BY node, label "
+                f"UNION ALL SELECT 1, key, NULL, enabled, weight "
+                f"FROM {KeyPolicy._meta.db_table} "
+                f"UNION ALL SELECT 2, key, node, action, NULL "
+                f"FROM {NodePolicy._meta.db_table} "
+                f"UNION ALL SELECT 3, name, history_since, NULL, NULL "
+                f"FROM {NodeRecord._meta.db_table} "
+                f"WHERE replacements > 0 AND history_since IS NOT NULL"
             )
-            for node, label, pods in cursor.fetchall():
-                active.setdefault(label, {})[node] = pods
-                busy[node] = busy.get(node, 0) + pods
-            cursor.execute(
-                f"SELECT key, enabled, weight FROM {KeyPolicy._meta.db_table}"
-            )
-            key_policies = {
-                key: (bool(enabled), weight)
-                for key, enabled, weight in cursor.fetchall()
-            }
-            cursor.execute(f"SELECT key, node, action FROM {NodePolicy._meta.db_table}")
-            node_policies: dict[str, dict[str, str]] = {}
-            for key, node, action in cursor.fetchall():
-                node_policies.setdefault(key, {})[node] = action
-        replaced = {
-            name: since.timestamp()
-            for name, since in NodeRecord.objects.filter(
-                replacements__gt=0, history_since__isnull=False
-            ).values_list("name", "history_since")
-        }
+            rows = cursor.fetchall()
+        convert = connection.ops.convert_datetimefield_value
+        for kind, first, second, third, fourth in rows:
+            if kind == 0:
+                active.setdefault(second, {})[first] = third
+                busy[first] = busy.get(first, 0) + third
+            elif kind == 1:
+                key_policies[first] = (bool(third), float(fourth))
+            elif kind == 2:
+                node_policies.setdefault(first, {})[second] = third
+            else:
+                replaced[first] = convert(second, None, connection).timestamp()
         self.active, self.busy = active, busy
         # Replaced only when they change, so readers can tell by identity.
         if (key_policies, node_policies) != self.policies:
