@@ -324,3 +324,13 @@ def test_a_broken_invalidation_is_caught(monkeypatch):
     place("b", "ci-java-maven-p1", "node-2")
     with pytest.raises(AssertionError):
         assert_warm_agrees(now)
+
+
+def test_warm_starts_over_when_a_change_log_is_full(monkeypatch):
+    from history import matchcache
+
+    monkeypatch.setattr(matchcache, "MAX_CHANGES", 3)
+    now = time.time()
+    for i in range(8):
+        place(f"p{i}", LABELS[i % 3], NODES[i])
+        assert_warm_agrees(now)
