@@ -5,7 +5,9 @@
 start_postgres() {
   local bin
   bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
-  PG_PORT=${PG_PORT:-55432}
+  # A free loopback port unless PG_PORT is given, so a server already running
+  # elsewhere on this machine cannot get in the way.
+  PG_PORT=${PG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
   PG_DIR=$(mktemp -d /tmp/kssched-pg.XXXXXX)
   chown postgres: "$PG_DIR"
   runuser -u postgres -- "$bin/initdb" -D "$PG_DIR/data" -A trust -U postgres >/dev/null
