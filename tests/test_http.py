@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from history.services import increment_key_nodes
-from tests.conftest import load_fixture
+from tests.conftest import load_fixture, run_gunicorn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -91,3 +91,43 @@ def test_gunicorn_rejects_unknown_host(gunicorn_server):
         gunicorn_server, "GET", "/version", headers={"Host": "evil.example.com"}
     )
     assert status == 400
+
+
+def test_gunicorn_scores_with_the_default_warm_strategy():
+    from history.services import finish_placement, record_placement
+
+    # Two finished placements on worker-1, none on worker-2.
+    for uid in ("u1", "u2"):
+        record_placement(
+            pod_uid=uid,
+            namespace="ks-pipelines",
+            name=f"pipeline1-{uid}",
+            label="pipeline1",
+            node="worker-1",
+        )
+        finish_placement(pod_uid=uid)
+    with run_gunicorn(extra_env={"KSSCHED_SCORING": "warm"}) as (url, _process):
+        status, _, body = request(
+            url,
+            "POST",
+            "/scheduler/priorities/pipeline",
+            load_fixture("prioritize-nodenames.json"),
+            {"Content-Type": "application/json"},
+        )
+        assert status == 200, body
+        scores = {row["Host"]: row["Score"] for row in orjson.loads(body)}
+        # The warm node outranks the cold one, which scores 1.
+        assert scores["worker-2"] == 1
+        assert 1 < scores["worker-1"] <= 10
+
+        status, _, body = request(
+            url,
+            "POST",
+            "/scheduler/explain",
+            load_fixture("prioritize-nodenames.json"),
+            {"Content-Type": "application/json"},
+        )
+        assert status == 200, body
+        explained = orjson.loads(body)
+        assert explained["strategy"] == "warm"
+        assert {row["node"]: row["score"] for row in explained["nodes"]} == scores
