@@ -55,6 +55,26 @@ def load_fixture(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 
 
+def place(uid, label, node, *, ago=None, finished=False):
+    """Record a placement through the real service, `ago` (a timedelta) in the past."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from history.services import finish_placement, record_placement
+
+    record_placement(
+        pod_uid=uid,
+        namespace="ci",
+        name=f"pod-{uid}",
+        label=label,
+        node=node,
+        bound_at=timezone.now() - (ago or timedelta()),
+    )
+    if finished:
+        finish_placement(pod_uid=uid)
+
+
 def database_env() -> dict[str, str]:
     """Environment that points a subprocess at the database the tests use now."""
     from django.db import connection

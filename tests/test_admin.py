@@ -19,10 +19,9 @@ from history.models import CountAdjustment, KeyNode, NodeRecord, Placement, Watc
 from history.services import (
     audit_counts,
     create_key_node,
-    finish_placement,
-    record_placement,
     split_pipeline_label,
 )
+from tests.conftest import place
 
 pytestmark = pytest.mark.django_db
 
@@ -195,8 +194,8 @@ def editable_post(rows, counts):
 
 def test_inline_count_edit_is_saved_recorded_and_logged(admin_client):
     for uid, node in [("u1", "worker-1"), ("u2", "worker-1"), ("u3", "worker-1")]:
-        placement(uid, "jenkins", node)
-    placement("u4", "jenkins", "worker-2")
+        place(uid, "jenkins", node)
+    place("u4", "jenkins", "worker-2")
     first = KeyNode.objects.get(key="jenkins", node="worker-1")
     second = KeyNode.objects.get(key="jenkins", node="worker-2")
     response = admin_client.post(
@@ -260,7 +259,7 @@ def run_action(client, action, rows, **extra):
 
 def test_bulk_halve_and_reset_are_recorded(admin_client):
     rows = make_rows()
-    placement("u1", "jenkins", "worker-1")
+    place("u1", "jenkins", "worker-1")
     jenkins_1 = KeyNode.objects.get(key="jenkins", node="worker-1")
     assert jenkins_1.count == 4
     response = run_action(admin_client, "halve_counts", rows[:3])
@@ -377,19 +376,6 @@ def test_staff_without_history_permission_cannot_open_pipeline(client):
 # --- Placement ledger -----------------------------------------------------------------
 
 
-def placement(uid, label, node, *, days_ago=0, finished=False):
-    record_placement(
-        pod_uid=uid,
-        namespace="ci",
-        name=f"pod-{uid}",
-        label=label,
-        node=node,
-        bound_at=timezone.now() - timedelta(days=days_ago),
-    )
-    if finished:
-        finish_placement(pod_uid=uid)
-
-
 def ledger(client, **params):
     response = client.get("/admin/history/placement/", params)
     assert response.status_code == 200
@@ -397,9 +383,9 @@ def ledger(client, **params):
 
 
 def test_placement_ledger_filters_by_key_node_state_and_date(admin_client):
-    placement("a", "jenkins-java-maven", "worker-1")
-    placement("b", "jenkins-javascript", "worker-2", finished=True)
-    placement("c", "java", "worker-2", days_ago=40)
+    place("a", "jenkins-java-maven", "worker-1")
+    place("b", "jenkins-javascript", "worker-2", finished=True)
+    place("c", "java", "worker-2", ago=timedelta(days=40))
     assert ledger(admin_client, key="java") == ["a", "c"]
     assert ledger(admin_client, node="worker-2") == ["b", "c"]
     assert ledger(admin_client, key="java", node="worker-2") == ["c"]
@@ -410,7 +396,7 @@ def test_placement_ledger_filters_by_key_node_state_and_date(admin_client):
 
 
 def test_placement_ledger_is_read_only(admin_client):
-    placement("a", "jenkins", "worker-1")
+    place("a", "jenkins", "worker-1")
     row = Placement.objects.get()
     listing = admin_client.get("/admin/history/placement/")
     assert b"/admin/history/placement/add/" not in listing.content
@@ -443,9 +429,9 @@ def test_list_empty_state(admin_client):
 
 
 def test_index_overview_totals_busiest_and_watcher(admin_client):
-    placement("a", "jenkins-java", "worker-1")
-    placement("b", "jenkins-java", "worker-1")
-    placement("c", "jenkins-go", "worker-2", finished=True)
+    place("a", "jenkins-java", "worker-1")
+    place("b", "jenkins-java", "worker-1")
+    place("c", "jenkins-go", "worker-2", finished=True)
     now = timezone.now()
     WatchState.objects.create(
         name="pods",
@@ -506,7 +492,7 @@ def test_pipeline_page_for_a_key(admin_client):
     KeyNode.objects.create(key="maven", node="worker-2", count=12)
     KeyNode.objects.create(key="gradle", node="worker-3", count=8)
     NodeRecord.objects.create(name="worker-4", uid="u4")
-    placement("a", "jenkins-java-maven", "worker-2")
+    place("a", "jenkins-java-maven", "worker-2")
     response = admin_client.get("/admin/pipeline/", {"q": "maven"})
     assert response.status_code == 200
     # worker-2 also got the placement: 12 + 1.
@@ -531,8 +517,8 @@ def test_pipeline_page_for_a_key(admin_client):
 def test_pipeline_page_for_a_full_label(admin_client):
     KeyNode.objects.create(key="jenkins", node="worker-1", count=30)
     KeyNode.objects.create(key="maven", node="worker-2", count=2)
-    placement("a", "jenkins-java-maven", "worker-3")
-    placement("b", "jenkins-java-gradle", "worker-3")
+    place("a", "jenkins-java-maven", "worker-3")
+    place("b", "jenkins-java-gradle", "worker-3")
     response = admin_client.get("/admin/pipeline/", {"q": "jenkins-java-maven"})
     # Per node, the count of the most specific segment it has.
     assert chart_bars(response.content) == {

@@ -9,7 +9,8 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from history.services import create_key_node, finish_placement, record_placement
+from history.services import create_key_node
+from tests.conftest import place
 
 pytestmark = pytest.mark.django_db
 
@@ -30,24 +31,11 @@ def api(viewer):
     return client
 
 
-def place(uid, label, node, *, hours_ago=0, finished=False):
-    record_placement(
-        pod_uid=uid,
-        namespace="ci",
-        name=f"pod-{uid}",
-        label=label,
-        node=node,
-        bound_at=timezone.now() - timedelta(hours=hours_ago),
-    )
-    if finished:
-        finish_placement(pod_uid=uid)
-
-
 @pytest.fixture
 def history():
-    place("a", "jenkins-java-maven", "worker-1", hours_ago=50)
-    place("b", "jenkins-java-maven", "worker-2", hours_ago=5, finished=True)
-    place("c", "jenkins-javascript", "worker-2", hours_ago=1)
+    place("a", "jenkins-java-maven", "worker-1", ago=timedelta(hours=50))
+    place("b", "jenkins-java-maven", "worker-2", ago=timedelta(hours=5), finished=True)
+    place("c", "jenkins-javascript", "worker-2", ago=timedelta(hours=1))
     create_key_node(key="maven", node="worker-3", count=7, actor="admin")
 
 
