@@ -75,6 +75,35 @@ def place(uid, label, node, *, ago=None, finished=False):
         finish_placement(pod_uid=uid)
 
 
+def run_concurrently(threads: int, work) -> list[Exception]:
+    """Run `work()` in `threads` threads started together; return what they raised.
+
+    Each thread closes its own database connection when done.
+    """
+    import threading
+
+    from django.db import connection
+
+    errors: list[Exception] = []
+    barrier = threading.Barrier(threads)
+
+    def run():
+        try:
+            barrier.wait()
+            work()
+        except Exception as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    started = [threading.Thread(target=run) for _ in range(threads)]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join()
+    return errors
+
+
 def database_env() -> dict[str, str]:
     """Environment that points a subprocess at the database the tests use now."""
     from django.db import connection

@@ -6,7 +6,6 @@ second time with TEST_DATABASE_URL); these tests check what only PostgreSQL has.
 import http.client
 import subprocess
 import sys
-import threading
 from urllib.parse import urlparse
 
 import orjson
@@ -17,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from history import services
 from history.models import KeyNode, Placement
-from tests.conftest import REPO, database_env, run_gunicorn
+from tests.conftest import REPO, database_env, run_concurrently, run_gunicorn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -44,25 +43,11 @@ def test_upsert_adds_with_the_table_qualified_count():
 
 
 def test_upsert_is_atomic_under_eight_concurrent_clients():
-    errors = []
-    barrier = threading.Barrier(8)
-
     def client():
-        try:
-            barrier.wait()
-            for _ in range(100):
-                services.increment_key_nodes(keys=["ci", "java", "new"], node="n1")
-        except Exception as exc:  # noqa: BLE001 - asserted below
-            errors.append(exc)
-        finally:
-            connection.close()
+        for _ in range(100):
+            services.increment_key_nodes(keys=["ci", "java", "new"], node="n1")
 
-    threads = [threading.Thread(target=client) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert run_concurrently(8, client) == []
     assert dict(KeyNode.objects.values_list("key", "count")) == {
         "ci": 800,
         "java": 800,
@@ -71,31 +56,17 @@ def test_upsert_is_atomic_under_eight_concurrent_clients():
 
 
 def test_duplicate_placements_from_concurrent_writers_count_once():
-    errors = []
-    barrier = threading.Barrier(6)
-
     def writer():
-        try:
-            barrier.wait()
-            for i in range(40):
-                services.record_placement(
-                    pod_uid=f"uid-{i}",
-                    namespace="ns",
-                    name=f"p{i}",
-                    label="ci-java",
-                    node=f"n{i % 4}",
-                )
-        except Exception as exc:  # noqa: BLE001 - asserted below
-            errors.append(exc)
-        finally:
-            connection.close()
+        for i in range(40):
+            services.record_placement(
+                pod_uid=f"uid-{i}",
+                namespace="ns",
+                name=f"p{i}",
+                label="ci-java",
+                node=f"n{i % 4}",
+            )
 
-    threads = [threading.Thread(target=writer) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert run_concurrently(6, writer) == []
     assert Placement.objects.count() == 40
     assert sorted(KeyNode.objects.values_list("key", "node", "count")) == [
         (key, f"n{n}", 10) for key in ("ci", "java") for n in range(4)

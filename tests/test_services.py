@@ -1,9 +1,6 @@
 """History services against the real database."""
 
-import threading
-
 import pytest
-from django.db import close_old_connections, connection
 
 from history.models import CountAdjustment, KeyNode, Placement
 from history.services import (
@@ -14,6 +11,7 @@ from history.services import (
     record_placement,
     set_key_node_count,
 )
+from tests.conftest import run_concurrently
 
 
 def counts():
@@ -42,25 +40,11 @@ def test_increment_counts_a_repeated_key_once():
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_increments_lose_nothing():
-    threads, per_thread = 4, 50
-    errors = []
-
     def work():
-        try:
-            for _ in range(per_thread):
-                increment_key_nodes(keys=["a", "b"], node="n1")
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            close_old_connections()
-            connection.close()
+        for _ in range(50):
+            increment_key_nodes(keys=["a", "b"], node="n1")
 
-    workers = [threading.Thread(target=work) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    assert errors == []
+    assert run_concurrently(4, work) == []
     assert counts() == {("a", "n1"): 200, ("b", "n1"): 200}
 
 
