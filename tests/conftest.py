@@ -3,21 +3,10 @@ subprocesses for gunicorn and the watcher, and the rule that CI never skips the
 PostgreSQL or browser tests.
 """
 
-import os
-import subprocess
-import sys
-from contextlib import contextmanager
-from pathlib import Path
-
 import pytest
 
-from tests.servers import free_port, wait_for_port
+from tests.helpers import IS_CI, run_gunicorn
 
-REPO = Path(__file__).resolve().parent.parent
-# ExtenderArgs bodies exactly as kube-scheduler sends them.
-FIXTURES = REPO / "tests" / "fixtures"
-
-IS_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 ENFORCED_MARKERS = ("postgres", "browser")
 
 
@@ -48,136 +37,6 @@ def pytest_runtest_makereport(item, call):
             f"{item.nodeid}: a '{marker}' test was skipped under CI=true; "
             f"CI must run it ({report.longrepr})"
         )
-
-
-def load_fixture(name: str) -> bytes:
-    """The raw bytes of a recorded kube-scheduler request body."""
-    return (FIXTURES / name).read_bytes()
-
-
-def place(uid, label, node, *, ago=None, finished=False):
-    """Record a placement through the real service, `ago` (a timedelta) in the past."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from history.services import finish_placement, record_placement
-
-    record_placement(
-        pod_uid=uid,
-        namespace="ci",
-        name=f"pod-{uid}",
-        label=label,
-        node=node,
-        bound_at=timezone.now() - (ago or timedelta()),
-    )
-    if finished:
-        finish_placement(pod_uid=uid)
-
-
-def run_concurrently(threads: int, work) -> list[Exception]:
-    """Run `work()` in `threads` threads started together; return what they raised.
-
-    Each thread closes its own database connection when done.
-    """
-    import threading
-
-    from django.db import connection
-
-    errors: list[Exception] = []
-    barrier = threading.Barrier(threads)
-
-    def run():
-        try:
-            barrier.wait()
-            work()
-        except Exception as exc:  # noqa: BLE001 - returned to the test
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    started = [threading.Thread(target=run) for _ in range(threads)]
-    for thread in started:
-        thread.start()
-    for thread in started:
-        thread.join()
-    return errors
-
-
-def database_env() -> dict[str, str]:
-    """Environment that points a subprocess at the database the tests use now."""
-    from django.db import connection
-
-    settings_dict = connection.settings_dict
-    env = {
-        "SECRET_KEY": os.environ["SECRET_KEY"],
-        "DEBUG": "0",
-        "PATH": os.environ.get("PATH", ""),
-        "PYTHONPATH": str(REPO),
-        "LOG_LEVEL": "INFO",
-        # The subprocess scores as the tests do (tests/settings.py pins it).
-        "KSSCHED_SCORING": os.environ.get("KSSCHED_SCORING", "seed"),
-    }
-    if connection.vendor == "sqlite":
-        env["DATA_PATH"] = str(settings_dict["NAME"])
-    else:
-        user = settings_dict.get("USER") or ""
-        password = settings_dict.get("PASSWORD") or ""
-        auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-        host = settings_dict.get("HOST") or "127.0.0.1"
-        port = settings_dict.get("PORT") or 5432
-        env["DATABASE_URL"] = f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
-    return env
-
-
-@contextmanager
-def run_gunicorn(
-    extra_env: dict[str, str] | None = None, workers: int = 2, host: str = "127.0.0.1"
-):
-    """Run the real server with the shipped config on a free loopback port.
-
-    `host="0.0.0.0"` binds every address (the URL still names 127.0.0.1).
-    Yields (base_url, process); stops it with SIGTERM and waits. Its output goes to
-    a log file in the test data directory, shown if it fails to start.
-    """
-    port = free_port()
-    env = {**database_env(), **(extra_env or {})}
-    env["KSSCHED_BIND"] = f"{host}:{port}"
-    env["WEB_CONCURRENCY"] = str(workers)
-    from django.conf import settings
-
-    log_path = settings.TEST_DATA_DIR / f"gunicorn-{port}.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            str(REPO / "kssched" / "gunicorn_conf.py"),
-            "kssched.wsgi",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        try:
-            wait_for_port(port, process)
-        except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(
-                f"gunicorn did not start: {log_path.read_text()}"
-            ) from exc
-        yield f"http://127.0.0.1:{port}", process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 @pytest.fixture

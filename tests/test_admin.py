@@ -21,7 +21,7 @@ from history.services import (
     create_key_node,
     split_pipeline_label,
 )
-from tests.conftest import place
+from tests.helpers import place
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from history.services import create_key_node
-from tests.conftest import place
+from tests.helpers import place
 
 pytestmark = pytest.mark.django_db
 

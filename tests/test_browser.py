@@ -24,7 +24,7 @@ from history.services import (
     record_placement,
     split_pipeline_label,
 )
-from tests.conftest import IS_CI, REPO
+from tests.helpers import IS_CI, REPO
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here
 # between browser steps are still plain synchronous calls.

@@ -21,8 +21,8 @@ from django.db import connection
 
 from history import services
 from history.models import KeyNode, Placement
-from tests.conftest import REPO, database_env, run_gunicorn
 from tests.fakeapi import FakeApiServer, make_pod
+from tests.helpers import REPO, database_env, run_gunicorn
 from tests.soak_watch import (
     WatcherProcess,
     expected_counts,

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from history.models import NodePolicy
 from history.services import increment_key_nodes, record_placement
-from tests.conftest import load_fixture
+from tests.helpers import load_fixture
 from tests.test_extender import BAD_BODIES
 
 EXPLAIN_URL = "/scheduler/explain"

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from history.models import KeyNode
 from history.services import increment_key_nodes
-from tests.conftest import load_fixture
+from tests.helpers import load_fixture
 
 FILTER_URL = "/scheduler/predicates/alwaystrue"
 PRIORITIZE_URL = "/scheduler/priorities/pipeline"

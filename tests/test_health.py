@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 import pytest
 from django.test import Client
 
-from tests.conftest import REPO, free_port, run_gunicorn
+from tests.helpers import REPO, free_port, run_gunicorn
 
 
 def get(base_url, path):

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from history.services import increment_key_nodes
-from tests.conftest import load_fixture, run_gunicorn
+from tests.helpers import load_fixture, run_gunicorn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

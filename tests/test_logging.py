@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from kssched.logformat import JsonFormatter
-from tests.conftest import run_gunicorn
+from tests.helpers import run_gunicorn
 from tests.test_http import request
 from tests.test_settings import run_manage
 

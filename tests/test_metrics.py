@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from history.models import Placement, WatchState
 from history.services import increment_key_nodes
-from tests.conftest import free_port, load_fixture, run_gunicorn
+from tests.helpers import free_port, load_fixture, run_gunicorn
 
 PRIORITIZE = "/scheduler/priorities/pipeline"
 FILTER = "/scheduler/predicates/alwaystrue"

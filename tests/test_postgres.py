@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from history import services
 from history.models import KeyNode, Placement
-from tests.conftest import REPO, database_env, run_concurrently, run_gunicorn
+from tests.helpers import REPO, database_env, run_concurrently, run_gunicorn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 
 from kssched.middleware import is_loopback
-from tests.conftest import load_fixture, run_gunicorn
+from tests.helpers import load_fixture, run_gunicorn
 from tests.test_settings import run_manage
 
 PRIORITIZE = "/scheduler/priorities/pipeline"

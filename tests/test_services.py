@@ -11,7 +11,7 @@ from history.services import (
     record_placement,
     set_key_node_count,
 )
-from tests.conftest import run_concurrently
+from tests.helpers import run_concurrently
 
 
 def counts():

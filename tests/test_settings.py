@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def run_manage(args, env):

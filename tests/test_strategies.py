@@ -363,7 +363,7 @@ def test_warm_is_the_default_outside_the_test_suite(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     env = {
         "SECRET_KEY": "x" * 50,

@@ -14,8 +14,8 @@ import pytest
 
 from history import services
 from history.models import Placement, WatchState
-from tests.conftest import REPO, database_env, free_port
 from tests.fakeapi import FakeApiServer, make_pod
+from tests.helpers import REPO, database_env, free_port
 from tests.soak_watch import (
     Soak,
     WatcherProcess,
