@@ -11,8 +11,8 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
-from extender.strategies import get_strategy
-from history import services
+from extender.scoring.strategies import get_strategy
+from history import labels, queries
 from history.models import KeyNode, NodeRecord, Placement
 
 VIEW_PERMISSIONS = ("history.view_keynode", "history.view_placement")
@@ -82,7 +82,7 @@ def detail_text(value) -> str:
 def recent_placements(value: str, keys: list[str]):
     """A key matches as a whole segment; a label matches itself and its children."""
     if len(keys) == 1:
-        placements = services.placements_with_key(key=keys[0])
+        placements = queries.placements_with_key(key=keys[0])
     else:
         placements = Placement.objects.filter(label=value) | Placement.objects.filter(
             label__startswith=f"{value}-"
@@ -95,14 +95,14 @@ def pipeline_view(request):
     if not request.user.has_perms(VIEW_PERMISSIONS):
         raise PermissionDenied
     value = request.GET.get("q", "").strip()
-    keys = services.split_pipeline_label(value)
+    keys = labels.split_pipeline_label(value)
     context = {
         **admin.site.each_context(request),
         "title": f"Pipeline {value}" if value else "Pipelines",
         "q": value,
         "keys": keys,
         "has_history": KeyNode.objects.exists() or Placement.objects.exists(),
-        "busiest_keys": services.key_totals()[:15],
+        "busiest_keys": queries.key_totals()[:15],
     }
     if keys:
         strategy = get_strategy()
@@ -120,7 +120,7 @@ def pipeline_view(request):
         context.update(
             {
                 "strategy": strategy.name,
-                "segments": services.key_totals().filter(key__in=keys),
+                "segments": queries.key_totals().filter(key__in=keys),
                 "bars": bars,
                 "chart": {
                     "label_width": LABEL_WIDTH,

@@ -21,13 +21,13 @@ from extender.renderers import (
     ORJSONRenderer,
     PlainTextRenderer,
 )
+from extender.scoring.strategies import get_strategy
 from extender.serializers import (
     HostPriorityList,
     extender_filter_result,
     parse_extender_args,
     unique_names,
 )
-from extender.strategies import get_strategy
 from kssched import __version__
 
 logger = logging.getLogger(__name__)

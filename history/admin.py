@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from history import services
+from history import corrections, queries
 from history.models import CountAdjustment, KeyNode, KeyPolicy, NodePolicy, Placement
 
 # The pipeline page lives in the extender app (it needs the scoring strategy) and is
@@ -52,14 +52,14 @@ class KeyFilter(BusiestValuesFilter):
     parameter_name = "key"
 
     def busiest(self):
-        totals = services.key_totals()[:FILTER_CHOICES]
+        totals = queries.key_totals()[:FILTER_CHOICES]
         return [row["key"] for row in totals]
 
     def queryset(self, request, queryset):
         if not self.value():
             return queryset
         if queryset.model is Placement:
-            segment = services.placements_with_key(key=self.value())
+            segment = queries.placements_with_key(key=self.value())
             return queryset.filter(pk__in=segment.values("pk"))
         return queryset.filter(key=self.value())
 
@@ -165,14 +165,14 @@ class KeyNodeAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         actor = request.user.get_username()
         if not change:
-            created = services.create_key_node(
+            created = corrections.create_key_node(
                 key=obj.key, node=obj.node, count=obj.count, actor=actor
             )
             obj.pk = created.pk
             return
         if "count" in form.changed_data:
             new = obj.count
-            delta = services.set_key_node_count(key_node=obj, count=new, actor=actor)
+            delta = corrections.set_key_node_count(key_node=obj, count=new, actor=actor)
             # Kept for construct_change_message, which runs right after.
             obj._count_change = (new - delta, new)
 
@@ -186,10 +186,10 @@ class KeyNodeAdmin(admin.ModelAdmin):
         return super().construct_change_message(request, form, formsets, add)
 
     def delete_model(self, request, obj):
-        services.delete_key_nodes(key_nodes=[obj], actor=request.user.get_username())
+        corrections.delete_key_nodes(key_nodes=[obj], actor=request.user.get_username())
 
     def delete_queryset(self, request, queryset):
-        services.delete_key_nodes(
+        corrections.delete_key_nodes(
             key_nodes=list(queryset), actor=request.user.get_username()
         )
 
@@ -214,14 +214,14 @@ class KeyNodeAdmin(admin.ModelAdmin):
 
     @admin.action(description="Reset selected counts to zero", permissions=["change"])
     def reset_counts(self, request, queryset):
-        changed = services.reset_key_nodes(
+        changed = corrections.reset_key_nodes(
             key_nodes=list(queryset), actor=request.user.get_username()
         )
         self._log_bulk(request, changed, "Reset")
 
     @admin.action(description="Halve selected counts", permissions=["change"])
     def halve_counts(self, request, queryset):
-        changed = services.halve_key_nodes(
+        changed = corrections.halve_key_nodes(
             key_nodes=list(queryset), actor=request.user.get_username()
         )
         self._log_bulk(request, changed, "Halved")

@@ -15,7 +15,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 
-from history import services
+from history import queries
 from history.models import KeyNode, Placement
 
 
@@ -97,7 +97,7 @@ class KeyListView(HistoryAPIView):
     filterset_class = KeyFilter
 
     def get_queryset(self):
-        return services.key_totals()
+        return queries.key_totals()
 
 
 class KeyNodeListView(HistoryAPIView):
@@ -134,7 +134,7 @@ class PlacementFilter(django_filters.FilterSet):
         fields = ["key", "node", "namespace", "label", "since", "until", "active"]
 
     def filter_key(self, queryset, name, value):
-        segment = services.placements_with_key(key=value)
+        segment = queries.placements_with_key(key=value)
         return queryset.filter(pk__in=segment.values("pk"))
 
     def filter_active(self, queryset, name, value):

@@ -43,8 +43,9 @@ from django.db import (
 )
 from django.utils import timezone
 
-from history import kube, metrics, services
+from history import kube, labels, ledger, metrics
 from history.heartbeat import Heartbeat
+from history.watcher import state
 
 logger = logging.getLogger(__name__)
 
@@ -455,7 +456,7 @@ class PodStream(StreamWatcher):
         self._outcomes: list[str] = []
 
     def start(self) -> None:
-        self.resource_version = self._write(lambda: services.checkpoint(name=PODS))
+        self.resource_version = self._write(lambda: state.checkpoint(name=PODS))
         self.needs_list = not self.resource_version
         if self.resource_version:
             logger.info("Resuming the pod watch from resourceVersion %s", self.rv_text)
@@ -481,9 +482,9 @@ class PodStream(StreamWatcher):
         node = spec.get("nodeName")
         phase = status.get("phase")
         outcome = "ignored"
-        if label and node and services.split_pipeline_label(label):
+        if label and node and labels.split_pipeline_label(label):
             if self.options.count_when == "bound" or phase in ("Running", "Succeeded"):
-                created = services.record_placement(
+                created = ledger.record_placement(
                     pod_uid=uid,
                     namespace=meta.get("namespace", ""),
                     name=meta.get("name", ""),
@@ -497,12 +498,12 @@ class PodStream(StreamWatcher):
         # still runs. With the label it is a real deletion.
         ended = phase in ("Succeeded", "Failed") or (type_ == "DELETED" and label)
         if ended and node:
-            services.finish_placement(pod_uid=uid)
+            ledger.finish_placement(pod_uid=uid)
         self._outcomes.append(outcome)
         return outcome
 
     def save_progress(self, resource_version: str, events: int, relisted=False):
-        services.save_watch_state(
+        state.save_watch_state(
             name=PODS,
             resource_version=resource_version,
             events=events,
@@ -559,7 +560,7 @@ class NodeStream(StreamWatcher):
             return "ignored"
         if self._known.get(name) == uid:
             return "same"
-        outcome = services.record_node_seen(name=name, uid=uid)
+        outcome = state.record_node_seen(name=name, uid=uid)
         if outcome == "replaced":
             logger.info("Node %s was replaced (new uid %s)", name, uid)
         self._known[name] = uid
@@ -569,7 +570,7 @@ class NodeStream(StreamWatcher):
         # Node identity is level-based: every start relists, so only the health
         # fields are kept, and only when something happened.
         if relisted:
-            services.save_watch_state(
+            state.save_watch_state(
                 name=NODES, resource_version=resource_version, relisted=True
             )
 
@@ -794,7 +795,7 @@ class Watcher:
 
     def _set_holder(self, holder: str) -> None:
         try:
-            services.save_watch_state(name=PODS, holder=holder)
+            state.save_watch_state(name=PODS, holder=holder)
         except DatabaseError as exc:
             logger.warning("Cannot record the lease holder: %s", exc)
         finally:

@@ -30,7 +30,7 @@ def place(uid, label, node, *, ago=None, finished=False):
 
     from django.utils import timezone
 
-    from history.services import finish_placement, record_placement
+    from history.ledger import finish_placement, record_placement
 
     record_placement(
         pod_uid=uid,

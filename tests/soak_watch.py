@@ -211,7 +211,7 @@ def hold_write_lock(seconds: float):
 
 def expected_counts(placed: dict[str, tuple[str, str]]) -> Counter:
     """KeyNode counts for {uid: (label at binding, node)}."""
-    from history.services import split_pipeline_label
+    from history.labels import split_pipeline_label
 
     counts: Counter = Counter()
     for label, node in placed.values():
@@ -448,8 +448,8 @@ class Soak:
         wait_until(self.caught_up, timeout=30)
 
     def figures(self, caught_up: bool, code: int, stop_seconds: float, wall: float):
+        from history.audit import audit_counts
         from history.models import Placement, WatchState
-        from history.services import audit_counts
 
         expected = expected_counts(self.placed)
         found = stored_counts()

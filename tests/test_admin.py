@@ -14,13 +14,11 @@ from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
-from extender.strategies import get_strategy
+from extender.scoring.strategies import get_strategy
+from history.audit import audit_counts
+from history.corrections import create_key_node
+from history.labels import split_pipeline_label
 from history.models import CountAdjustment, KeyNode, NodeRecord, Placement, WatchState
-from history.services import (
-    audit_counts,
-    create_key_node,
-    split_pipeline_label,
-)
 from tests.helpers import place
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from history.services import create_key_node
+from history.corrections import create_key_node
 from tests.helpers import place
 
 pytestmark = pytest.mark.django_db

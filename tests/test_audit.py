@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from history import services
+from history import corrections, ledger
 from history.models import CountAdjustment, KeyNode, Placement
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 def place(uid, label, node, *, finished_days_ago=None, bound_days_ago=0):
     now = timezone.now()
-    services.record_placement(
+    ledger.record_placement(
         pod_uid=uid,
         namespace="ns",
         name=uid,
@@ -25,7 +25,7 @@ def place(uid, label, node, *, finished_days_ago=None, bound_days_ago=0):
         bound_at=now - timedelta(days=bound_days_ago),
     )
     if finished_days_ago is not None:
-        services.finish_placement(
+        ledger.finish_placement(
             pod_uid=uid, finished_at=now - timedelta(days=finished_days_ago)
         )
 
@@ -75,9 +75,9 @@ def test_admin_edits_resets_and_deletions_are_not_drift():
     place("u1", "a-b", "n1")
     place("u2", "a", "n1")
     a = KeyNode.objects.get(key="a", node="n1")
-    services.set_key_node_count(key_node=a, count=10, actor="admin")
-    services.create_key_node(key="manual", node="n3", count=4, actor="admin")
-    services.delete_key_nodes(key_nodes=KeyNode.objects.filter(key="b"), actor="x")
+    corrections.set_key_node_count(key_node=a, count=10, actor="admin")
+    corrections.create_key_node(key="manual", node="n3", count=4, actor="admin")
+    corrections.delete_key_nodes(key_nodes=KeyNode.objects.filter(key="b"), actor="x")
     place("u3", "b", "n1")  # recreated after the deletion
     assert audit()[0] == 0
     assert counts()[("b", "n1")] == 1

@@ -17,13 +17,10 @@ from django.apps import apps as django_apps
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
+from history.corrections import create_key_node
+from history.labels import split_pipeline_label
+from history.ledger import finish_placement, record_placement
 from history.models import KeyNode, NodeRecord, WatchState
-from history.services import (
-    create_key_node,
-    finish_placement,
-    record_placement,
-    split_pipeline_label,
-)
 from tests.helpers import IS_CI, REPO
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here

@@ -19,7 +19,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from history import services
+from history import corrections
 from history.models import KeyNode, Placement
 from tests.fakeapi import FakeApiServer, make_pod
 from tests.helpers import REPO, database_env, run_gunicorn
@@ -124,12 +124,14 @@ class Admin(threading.Thread):
             target = 0
         else:
             target = row.count + self.rng.randint(1, 4)
-        delta = services.set_key_node_count(key_node=row, count=target, actor="admin")
+        delta = corrections.set_key_node_count(
+            key_node=row, count=target, actor="admin"
+        )
         self.deltas[row.key, row.node] += delta
         if self.rng.random() < 0.1:
             node = self.rng.choice(NODES)
             key = f"manual{self.edits}"
-            services.create_key_node(key=key, node=node, count=3, actor="admin")
+            corrections.create_key_node(key=key, node=node, count=3, actor="admin")
             self.deltas[key, node] += 3
 
 

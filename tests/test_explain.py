@@ -8,8 +8,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from history.ledger import increment_key_nodes, record_placement
 from history.models import NodePolicy
-from history.services import increment_key_nodes, record_placement
 from tests.helpers import load_fixture
 from tests.test_extender import BAD_BODIES
 

@@ -8,8 +8,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from history.ledger import increment_key_nodes
 from history.models import KeyNode
-from history.services import increment_key_nodes
 from tests.helpers import load_fixture
 
 FILTER_URL = "/scheduler/predicates/alwaystrue"

@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 import orjson
 import pytest
 
-from history.services import increment_key_nodes
+from history.ledger import increment_key_nodes
 from tests.helpers import load_fixture, run_gunicorn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -94,7 +94,7 @@ def test_gunicorn_rejects_unknown_host(gunicorn_server):
 
 
 def test_gunicorn_scores_with_the_default_warm_strategy():
-    from history.services import finish_placement, record_placement
+    from history.ledger import finish_placement, record_placement
 
     # Two finished placements on worker-1, none on worker-2.
     for uid in ("u1", "u2"):

@@ -13,8 +13,8 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from history.ledger import increment_key_nodes
 from history.models import Placement, WatchState
-from history.services import increment_key_nodes
 from tests.helpers import free_port, load_fixture, run_gunicorn
 
 PRIORITIZE = "/scheduler/priorities/pipeline"

@@ -14,7 +14,7 @@ from django.db import close_old_connections, connection, connections
 from django.db.utils import InterfaceError, OperationalError
 from django.test.utils import CaptureQueriesContext
 
-from history import services
+from history import audit, ledger
 from history.models import KeyNode, Placement
 from tests.helpers import REPO, database_env, run_concurrently, run_gunicorn
 
@@ -35,8 +35,8 @@ def terminate_other_sessions() -> int:
 
 def test_upsert_adds_with_the_table_qualified_count():
     with CaptureQueriesContext(connection) as queries:
-        services.increment_key_nodes(keys=["a", "b"], node="n1")
-        services.increment_key_nodes(keys=["a"], node="n1", by=4)
+        ledger.increment_key_nodes(keys=["a", "b"], node="n1")
+        ledger.increment_key_nodes(keys=["a"], node="n1", by=4)
     table = KeyNode._meta.db_table
     assert f"count = {table}.count + excluded.count" in queries[-1]["sql"]
     assert dict(KeyNode.objects.values_list("key", "count")) == {"a": 5, "b": 1}
@@ -45,7 +45,7 @@ def test_upsert_adds_with_the_table_qualified_count():
 def test_upsert_is_atomic_under_eight_concurrent_clients():
     def client():
         for _ in range(100):
-            services.increment_key_nodes(keys=["ci", "java", "new"], node="n1")
+            ledger.increment_key_nodes(keys=["ci", "java", "new"], node="n1")
 
     assert run_concurrently(8, client) == []
     assert dict(KeyNode.objects.values_list("key", "count")) == {
@@ -58,7 +58,7 @@ def test_upsert_is_atomic_under_eight_concurrent_clients():
 def test_duplicate_placements_from_concurrent_writers_count_once():
     def writer():
         for i in range(40):
-            services.record_placement(
+            ledger.record_placement(
                 pod_uid=f"uid-{i}",
                 namespace="ns",
                 name=f"p{i}",
@@ -71,13 +71,13 @@ def test_duplicate_placements_from_concurrent_writers_count_once():
     assert sorted(KeyNode.objects.values_list("key", "node", "count")) == [
         (key, f"n{n}", 10) for key in ("ci", "java") for n in range(4)
     ]
-    assert services.audit_counts()[1] == []
+    assert audit.audit_counts()[1] == []
 
 
 def test_a_killed_session_recovers_after_close_old_connections():
     """T34: queries fail once the server ends the session, until
     close_old_connections() (what the watcher calls before each unit of work)."""
-    services.increment_key_nodes(keys=["k"], node="n")
+    ledger.increment_key_nodes(keys=["k"], node="n")
     other = connections.create_connection("default")
     with other.cursor() as cursor:
         cursor.execute("SELECT 1")
@@ -99,14 +99,14 @@ def test_a_killed_session_recovers_after_close_old_connections():
         KeyNode.objects.count()
     close_old_connections()
     assert KeyNode.objects.get(key="k").count == 1
-    assert services.record_placement(
+    assert ledger.record_placement(
         pod_uid="after", namespace="ns", name="p", label="k", node="n"
     )
     assert KeyNode.objects.get(key="k").count == 2
 
 
 def test_gunicorn_workers_reconnect_after_their_sessions_are_killed():
-    services.increment_key_nodes(keys=["ci"], node="n1")
+    ledger.increment_key_nodes(keys=["ci"], node="n1")
     body = orjson.dumps(
         {
             "Pod": {"metadata": {"labels": {"ks-pipeline": "ci"}}},

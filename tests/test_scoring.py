@@ -2,8 +2,8 @@
 
 import pytest
 
-from extender.scoring import seed_score, seed_scores
-from history.services import split_pipeline_label
+from extender.scoring.rules import seed_score, seed_scores
+from history.labels import split_pipeline_label
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_seed_scores_are_ints_in_range():
 
 @pytest.mark.django_db
 def test_seed_explain_agrees_with_score():
-    from extender.strategies import get_strategy
+    from extender.scoring.strategies import get_strategy
     from history.models import KeyNode
 
     KeyNode.objects.create(key="a", node="n1", count=25)

@@ -4,26 +4,22 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
 
-from extender.scoring import (
+from extender.scoring.rules import (
     NO_POLICY,
     WarmRules,
-    WarmWindow,
     resolve_policy,
     warm_band,
     warm_explain,
     warm_scores,
 )
-from extender.strategies import SeedStrategy, WarmStrategy, get_strategy
+from extender.scoring.strategies import SeedStrategy, WarmStrategy, get_strategy
+from extender.scoring.window import WarmWindow
+from history.ledger import increment_key_nodes, record_placement
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord
-from history.services import (
-    accumulate_decayed,
-    decayed_weight,
-    increment_key_nodes,
-    record_node_seen,
-    record_placement,
-)
+from history.reader import Policies
+from history.recency import accumulate_decayed, decayed_weight
+from history.watcher.state import record_node_seen
 
 RULES = WarmRules()
 DAY = 86400.0
@@ -208,7 +204,7 @@ def test_pod_without_label_scores_zero():
 def test_policies(key_policies, node_policies, expected):
     keys = ["ci", "app"]
     policy = resolve_policy(
-        keys=keys, key_policies=key_policies, node_policies=node_policies
+        keys=keys, policies=Policies(keys=key_policies, nodes=node_policies)
     )
     history = {"warm": [("app", 100, 3.0)]}
     nodes = ["cold", "warm", "other"]
@@ -227,7 +223,8 @@ def test_scores_are_ints_in_range_and_explain_agrees():
     active = {f"n{i}": i % 5 for i in range(0, 60, 3)}
     nodes = [f"n{i}" for i in range(70)]
     policy = resolve_policy(
-        keys=keys, key_policies={"b": (True, 1.7)}, node_policies={"c": {"n5": "ban"}}
+        keys=keys,
+        policies=Policies(keys={"b": (True, 1.7)}, nodes={"c": {"n5": "ban"}}),
     )
     fast = warm_scores(
         keys=keys,
@@ -432,8 +429,10 @@ def test_kept_window_scores_equal_warm_scores_at_every_instant():
                 NO_POLICY,
                 resolve_policy(
                     keys=keys,
-                    key_policies={keys[-1]: (True, 1.7)},
-                    node_policies={keys[0]: {"n3": "ban", "n39": "pin"}},
+                    policies=Policies(
+                        keys={keys[-1]: (True, 1.7)},
+                        nodes={keys[0]: {"n3": "ban", "n39": "pin"}},
+                    ),
                 ),
             ]
         )
@@ -457,60 +456,3 @@ def test_kept_window_scores_equal_warm_scores_at_every_instant():
                 rules=rules,
             )
     assert unsettled > 0
-
-
-@pytest.mark.django_db
-def test_scores_read_only_the_rows_that_decide_and_agree_with_all_rows(settings):
-    """On PostgreSQL `score` leaves less specific rows in the database when a more
-    specific one surely decides; the scores are those computed from every row."""
-    settings.KSSCHED_HALF_LIFE_DAYS = 7
-    rng = random.Random(4)
-    half_life = 7 * DAY
-    now = T0.timestamp()
-    keys = ["ci", "java", "maven", "app"]
-    rows = []
-    nodes = [f"n{i}" for i in range(1100)]
-    for node in nodes[:110]:
-        for key in rng.sample(keys, rng.randint(1, 4)):
-            count = rng.randint(1, 40)
-            kind = rng.random()
-            if kind < 0.2:
-                weight, at = float(count), 0.0  # made by hand
-            elif kind < 0.5:
-                # Exactly at min_weight now, or just around it.
-                at = now - rng.uniform(0, 30 * DAY)
-                weight = RULES.min_weight * 2 ** ((now - at) / half_life)
-                weight *= rng.choice([1.0, 1 + 1e-12, 1 - 1e-12, 1.5, 0.5])
-            else:
-                at = now - rng.uniform(-DAY, 90 * DAY)
-                weight = rng.uniform(0, count)
-            rows.append(
-                KeyNode(
-                    key=key,
-                    node=node,
-                    count=count,
-                    decayed_weight=weight,
-                    decayed_at=at,
-                )
-            )
-    KeyNode.objects.bulk_create(rows)
-    record_node_seen(name="n3", uid="a", now=T0 - timedelta(days=40))
-    record_node_seen(name="n3", uid="b", now=T0 - timedelta(days=20))
-    strategy = WarmStrategy()
-    for when in (now, now + 3 * DAY, now + 40 * DAY):
-        every = strategy.inputs(label="ci-java-maven-app", nodes=nodes, now=when)
-        fewer = strategy.inputs(
-            label="ci-java-maven-app", nodes=nodes, now=when, settle=True
-        )
-        assert set(fewer["history"]) == set(every["history"])
-        if connection.vendor == "postgresql":
-            read = sum(map(len, fewer["history"].values()))
-            assert read < sum(map(len, every["history"].values()))
-        expected = warm_scores(nodes=nodes, rules=RULES, **every)
-        assert warm_scores(nodes=nodes, rules=RULES, **fewer) == expected
-        assert strategy.score(label="ci-java-maven-app", nodes=nodes, now=when) == (
-            expected
-        )
-        assert [
-            row["score"] for row in warm_explain(nodes=nodes, rules=RULES, **every)
-        ] == expected

@@ -4,14 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from history.ledger import classify_warmth, increment_key_nodes, record_placement
 from history.models import KeyNode, Placement
-from history.services import (
-    classify_warmth,
-    increment_key_nodes,
-    placement_hit_rates,
-    record_node_seen,
-    record_placement,
-)
+from history.watcher.state import record_node_seen
 
 pytestmark = pytest.mark.django_db
 
@@ -71,47 +66,16 @@ def test_an_explicit_warmth_is_kept():
     assert warmth("u1") == "exact"
 
 
-def test_hit_rates_overall_and_per_label_over_a_window():
+def test_each_placement_is_classified_from_the_history_before_it():
     labels = ["ci-java-app"] * 4 + ["ci-java-lib"] * 2
     for i, label in enumerate(labels):
         place(f"u{i}", label, "n1", at=T0 + timedelta(minutes=i))
-    # An old placement outside the window and an unclassified one inside it.
-    place("old", "ci-java-app", "n9", at=T0 - timedelta(days=30))
-    Placement.objects.create(
-        pod_uid="legacy",
-        namespace="ci",
-        name="x",
-        label="ci-java-app",
-        node="n1",
-        bound_at=T0 + timedelta(minutes=30),
-    )
     # app: cold, exact, exact, exact; lib: partial, exact
-    rates = placement_hit_rates(since=T0, until=T0 + timedelta(hours=1))
-    overall = rates["overall"]
-    assert (overall["exact"], overall["partial"], overall["cold"]) == (4, 1, 1)
-    assert overall["unclassified"] == 1 and overall["placements"] == 7
-    assert overall["exact_rate"] == round(4 / 6, 4)
-    assert overall["partial_rate"] == round(1 / 6, 4)
-    assert overall["hit_rate"] == round(5 / 6, 4)
-    app = rates["by_label"]["ci-java-app"]
-    assert (app["exact"], app["cold"], app["exact_rate"]) == (3, 1, 0.75)
-    assert rates["by_label"]["ci-java-lib"]["partial_rate"] == 0.5
-    everything = placement_hit_rates()
-    assert everything["overall"]["cold"] == 2
-
-
-def test_hit_rates_of_an_empty_window():
-    rates = placement_hit_rates(since=T0)
-    assert rates == {
-        "overall": {
-            "placements": 0,
-            "exact": 0,
-            "partial": 0,
-            "cold": 0,
-            "unclassified": 0,
-            "exact_rate": None,
-            "partial_rate": None,
-            "hit_rate": None,
-        },
-        "by_label": {},
-    }
+    assert [warmth(f"u{i}") for i in range(6)] == [
+        "cold",
+        "exact",
+        "exact",
+        "exact",
+        "partial",
+        "exact",
+    ]

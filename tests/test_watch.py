@@ -16,9 +16,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
-from history import kube, metrics, services, watching
+from history import audit, kube, metrics, watching
 from history.heartbeat import heartbeat_age
 from history.models import KeyNode, NodeRecord, Placement, WatchState
+from history.watcher import state
 from tests.fakeapi import (
     ClusterWatch,
     FakeApiServer,
@@ -77,7 +78,7 @@ def counts():
 
 
 def assert_no_drift():
-    checked, drifts = services.audit_counts()
+    checked, drifts = audit.audit_counts()
     assert drifts == []
     return checked
 
@@ -369,9 +370,9 @@ def test_node_stream_notices_a_replaced_node(api, server):
 
 
 def test_record_node_seen_outcomes():
-    assert services.record_node_seen(name="x", uid="1") == "new"
-    assert services.record_node_seen(name="x", uid="1") == "same"
-    assert services.record_node_seen(name="x", uid="2") == "replaced"
+    assert state.record_node_seen(name="x", uid="1") == "new"
+    assert state.record_node_seen(name="x", uid="1") == "same"
+    assert state.record_node_seen(name="x", uid="2") == "replaced"
     record = NodeRecord.objects.get(name="x")
     assert (record.uid, record.replacements) == ("2", 1)
 

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from history import services
+from history import audit
 from history.models import Placement, WatchState
 from tests.fakeapi import FakeApiServer, make_pod
 from tests.helpers import REPO, database_env, free_port
@@ -82,7 +82,7 @@ class Cluster:
         assert wait_until(self.counted, timeout=15)
         assert stored_counts() == expected_counts(self.placed)
         assert Placement.objects.count() == len(self.placed)
-        assert services.audit_counts()[1] == []
+        assert audit.audit_counts()[1] == []
 
 
 def health(tmp_path, name, *args):
@@ -134,7 +134,7 @@ def test_sigkill_mid_stream_then_restart_resumes_from_the_checkpoint(server, lau
         cluster.bind_new(f"n{i % 2}")
     time.sleep(0.02)
     watcher.kill()  # mid-stream, maybe mid-transaction
-    assert services.audit_counts()[1] == []
+    assert audit.audit_counts()[1] == []
     down_since = time.monotonic()
     cluster.bind_new("n1")
     gone = cluster.bind_new("n2", label="short-lived")
@@ -252,7 +252,7 @@ def test_repeated_sigkill_at_random_moments_keeps_the_database_consistent(
         assert wait_until(lambda b=before: Placement.objects.count() > b, timeout=10)
         time.sleep(rng.uniform(0, 0.05))
         watcher.kill()
-        assert services.audit_counts()[1] == []
+        assert audit.audit_counts()[1] == []
     final = launch(name="final")
     cluster.assert_exact()
     assert wait_until(lambda: "Resuming the pod watch" in final.log, timeout=10)

@@ -8,7 +8,7 @@ from django.db import connection
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from history import services
+from history import queries
 from history.models import KeyNode, Placement, WatchState
 
 register = template.Library()
@@ -86,7 +86,7 @@ def history_overview(context):
         "visible": True,
         "totals": totals,
         "has_history": bool(totals["keys"] or totals["placements"]),
-        "busiest_keys": list(services.key_totals()[:BUSIEST]),
+        "busiest_keys": list(queries.key_totals()[:BUSIEST]),
         "busiest_nodes": busiest_nodes,
         "watchers": watcher_rows(now),
         "stale_after": STALE_AFTER_SECONDS,

@@ -29,7 +29,7 @@ from django.core.management import call_command  # noqa: E402
 from django.test.utils import override_settings  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
 
-from history.services import increment_key_nodes  # noqa: E402
+from history.ledger import increment_key_nodes  # noqa: E402
 
 MIDDLEWARE = "kssched.middleware.ExtenderMiddleware"
 PATH = "/scheduler/priorities/pipeline"

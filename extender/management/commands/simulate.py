@@ -1,7 +1,7 @@
 """`manage.py simulate`: compare scoring strategies on a simulated cluster.
 
-Runs `extender.simulation` (the real scoring code over a synthetic workload, or over
-the recorded ledger with --from-db) and prints a table per scenario, or JSON.
+Runs `extender.scoring.simulation` (the real scoring code over a synthetic workload,
+or over the recorded ledger with --from-db) and prints a table per scenario, or JSON.
 """
 
 import dataclasses
@@ -9,7 +9,7 @@ import dataclasses
 import orjson
 from django.core.management.base import BaseCommand, CommandError
 
-from extender.simulation import (
+from extender.scoring.simulation import (
     SCENARIOS,
     STRATEGY_NAMES,
     Scenario,

@@ -10,7 +10,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from history import services
+from history import audit
 
 
 class Command(BaseCommand):
@@ -20,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print JSON.")
 
     def handle(self, *args, **options):
-        checked, drifts = services.audit_counts()
+        checked, drifts = audit.audit_counts()
         if options["json"]:
             report = {
                 "checked": checked,

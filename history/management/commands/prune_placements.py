@@ -12,7 +12,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from history import services
+from history import audit
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -48,12 +48,12 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         cutoff = timezone.now() - parse_age(options["older_than"])
         if options["dry_run"]:
-            number = services.prunable_placements(
+            number = audit.prunable_placements(
                 before=cutoff, include_unfinished=options["include_unfinished"]
             ).count()
             self.stdout.write(f"Would prune {number} placements before {cutoff}.")
             return
-        deleted = services.prune_placements(
+        deleted = audit.prune_placements(
             before=cutoff,
             include_unfinished=options["include_unfinished"],
             actor="prune_placements",

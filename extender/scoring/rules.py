@@ -1,6 +1,7 @@
 """Scoring rules: pure functions from plain data to integer scores 0..10.
 
-They know nothing about requests or the database; `extender.strategies` feeds them.
+They know nothing about requests, caches or the database; the strategies
+(`extender.scoring.strategies`) feed them from the reader's `LabelHistory`.
 """
 
 from __future__ import annotations
@@ -9,10 +10,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
+from history.reader import Policies
+from history.recency import Row
+
 MIN_SCORE = 0
 MAX_SCORE = 10
 # A node with no history for any segment of a labelled pod.
 NO_HISTORY_SCORE = 1
+# Counts beyond this add nothing to any score (the seed formula caps at 10); seed
+# explanations report them clamped.
+SEED_COUNT_CLAMP = 999_999
 
 
 def seed_score(*, index: int, count: int, segments: int) -> int:
@@ -26,22 +33,6 @@ def seed_score(*, index: int, count: int, segments: int) -> int:
     return min(MAX_SCORE, int(index * step + step + count // 10))
 
 
-def seed_score_map(
-    keys: Sequence[str], matches: Mapping[str, tuple[int, int]]
-) -> dict[str, int]:
-    """Seed scores of every node in `matches` for a label with `keys`: {node: score}.
-
-    The form `history.services.derive_best_matches` keeps between calls; nodes
-    missing from it score NO_HISTORY_SCORE.
-    """
-    segments = len(keys)
-    by_match = {
-        match: seed_score(index=match[0], count=match[1], segments=segments)
-        for match in set(matches.values())
-    }
-    return {node: by_match[match] for node, match in matches.items()}
-
-
 def seed_scores(
     *,
     segments: int,
@@ -50,9 +41,9 @@ def seed_scores(
 ) -> list[int]:
     """Seed scores for `nodes`, in order, from the best match per node.
 
-    `matches` maps a node to (most specific segment index, count), as returned by
-    `history.services.best_matches`; nodes missing from it score 1. With no
-    segments (the pod has no pipeline label) every node scores 0.
+    `matches` maps a node to (most specific segment index, count), as
+    `seed_matches` returns it; nodes missing from it score 1. With no segments
+    (the pod has no pipeline label) every node scores 0.
     """
     if segments == 0:
         return [MIN_SCORE] * len(nodes)
@@ -62,6 +53,29 @@ def seed_scores(
     }
     node_scores = {node: by_match[match] for node, match in matches.items()}
     return [node_scores.get(node, NO_HISTORY_SCORE) for node in nodes]
+
+
+def seed_matches(
+    *, keys: Sequence[str], rows: Mapping[str, Sequence[Row]], nodes: Iterable[str]
+) -> dict[str, tuple[int, int]]:
+    """For each of `nodes` with history, the most specific of `keys` it has and that
+    count: {node: (index into keys, count clamped at SEED_COUNT_CLAMP)}.
+
+    `keys` run from general to specific; a segment repeated in a label counts at
+    its most specific position. `rows` are a `LabelHistory`'s rows (count > 0).
+    The seed formula predates node replacement: every row counts.
+    """
+    positions = {key: index for index, key in enumerate(keys)}
+    matches: dict[str, tuple[int, int]] = {}
+    for node in nodes:
+        best = None
+        for key, count, _, _ in rows.get(node, ()):
+            index = positions[key]
+            if best is None or index > best[0]:
+                best = (index, count if count < SEED_COUNT_CLAMP else SEED_COUNT_CLAMP)
+        if best is not None:
+            matches[node] = best
+    return matches
 
 
 # --- The `warm` strategy ------------------------------------------------------------
@@ -132,24 +146,16 @@ class Policy:
 NO_POLICY = Policy()
 
 
-def resolve_policy(
-    *,
-    keys: Sequence[str],
-    key_policies: Mapping[str, tuple[bool, float]],
-    node_policies: Mapping[str, Mapping[str, str]],
-) -> Policy:
-    """The policy for a label with segments `keys` (general -> specific).
-
-    `key_policies` is {key: (enabled, weight)}, `node_policies` {key: {node: action}}
-    as returned by `history.services.scoring_policies`.
-    """
+def resolve_policy(*, keys: Sequence[str], policies: Policies) -> Policy:
+    """The policy for a label with segments `keys` (general -> specific), from the
+    policy rows of its keys (`LabelHistory.policies`)."""
     enabled, weight, source = True, 1.0, None
     nodes: dict[str, tuple[str, str]] = {}
     # General to specific: a more specific segment overrides.
     for key in keys:
-        if key in key_policies:
-            (enabled, weight), source = key_policies[key], key
-        for node, action in node_policies.get(key, {}).items():
+        if key in policies.keys:
+            (enabled, weight), source = policies.keys[key], key
+        for node, action in policies.nodes.get(key, {}).items():
             nodes[node] = (action, key)
     if source is None and not nodes:
         return NO_POLICY
@@ -163,7 +169,7 @@ def warm_band(*, index: int, segments: int) -> tuple[int, int]:
     return low, max(low, high)
 
 
-def _best_segment(
+def best_segment(
     rows: Iterable[tuple[str, int, float]],
     positions: Mapping[str, int],
     min_weight: float,
@@ -182,7 +188,7 @@ def _best_segment(
     return best
 
 
-def _warm_steps(
+def warm_steps(
     best: tuple[int, str, int, float] | None,
     segments: int,
     active: int,
@@ -239,7 +245,7 @@ def _warm_node(
     rules: WarmRules,
 ) -> dict:
     """Every step of one node's `warm` score, as a dict (see `warm_explain`)."""
-    base, hotspot, load, score, applied = _warm_steps(
+    base, hotspot, load, score, applied = warm_steps(
         best, segments, active, excess, policy.nodes.get(node), policy, rules
     )
     index, key, count, weight = best if best else (None, None, 0, 0.0)
@@ -260,7 +266,7 @@ def _warm_node(
     }
 
 
-def _excess_load(busy: Mapping[str, int] | None, nodes: Sequence[str], rules):
+def excess_load(busy: Mapping[str, int] | None, nodes: Sequence[str], rules):
     """node -> active pipeline pods beyond the mean of `nodes` plus the slack."""
     if not busy or not rules.load_penalty or not nodes:
         return lambda node: 0.0
@@ -307,12 +313,12 @@ def warm_explain(
             for node in nodes
         ]
     positions = {key: index for index, key in enumerate(keys)}
-    excess = _excess_load(busy, nodes, rules)
+    excess = excess_load(busy, nodes, rules)
     return [
         _warm_node(
             node=node,
             segments=len(keys),
-            best=_best_segment(history.get(node, ()), positions, rules.min_weight),
+            best=best_segment(history.get(node, ()), positions, rules.min_weight),
             active=active.get(node, 0),
             excess=excess(node),
             policy=policy,
@@ -340,16 +346,16 @@ def warm_scores(
     if not keys or not policy.enabled:
         return [MIN_SCORE] * len(nodes)
     positions = {key: index for index, key in enumerate(keys)}
-    excess = _excess_load(busy, nodes, rules)
+    excess = excess_load(busy, nodes, rules)
     wanted = set(nodes)
     special = (set(history) | set(active) | set(policy.nodes)) & wanted
     segments = len(keys)
-    cold = _warm_steps(None, segments, 0, 0.0, None, policy, rules)[3]
+    cold = warm_steps(None, segments, 0, 0.0, None, policy, rules)[3]
     min_weight = rules.min_weight
     scores = {}
     for node in special:
-        best = _best_segment(history.get(node, ()), positions, min_weight)
-        scores[node] = _warm_steps(
+        best = best_segment(history.get(node, ()), positions, min_weight)
+        scores[node] = warm_steps(
             best,
             segments,
             active.get(node, 0),
@@ -359,167 +365,3 @@ def warm_scores(
             rules,
         )[3]
     return [scores.get(node, cold) for node in nodes]
-
-
-# --- `warm` scores kept between calls -----------------------------------------------
-#
-# Recency makes every weight fall continuously, but with a half-life of days a score
-# (an integer) changes only when a weight crosses `min_weight` or a rounding boundary
-# of its band. `WarmWindow` holds a label's scores valid for every instant of a time
-# window [start, end]: each node's rows are weighed at both ends, and a node counts as
-# settled when the outcome provably cannot change in between (see `_settled`). Only
-# the few unsettled nodes, and the nodes with active pods or load, are worked out per
-# call, with the same `_best_segment` and `_warm_steps` as `warm_scores`.
-
-# Relative margin around a threshold: far above the rounding error of the weight
-# (a few ulps of 0.5 ** x for x <= 1000, about 1e-13) and of the band position.
-_MARGIN = 1e-9
-
-
-def _settled(early, late, positions, rules, segments) -> bool:
-    """True when a node's best segment and base score are the same at every instant
-    between the two valuations of its rows (`early` at the window's start, `late` at
-    its end, row for row).
-
-    Over the window each weight only falls (decay is monotone and `min(weight,
-    count)` keeps it so), the set of rows at or above `min_weight` only shrinks, and
-    the band position w / (w + saturation) only falls. So if at both ends no row is
-    within the margin of `min_weight`, the best segment is the same at both ends and
-    the band position at both ends is more than the margin away from a half-integer
-    and rounds the same, every instant between gives the same best segment and base
-    score. The margins cover the floating-point error of evaluating the rules.
-    """
-    if rules.saturation < 0:
-        return False
-    above, below = rules.min_weight * (1 + _MARGIN), rules.min_weight * (1 - _MARGIN)
-    for (key, count, first), (_, _, last) in zip(early, late, strict=True):
-        if key in positions and below <= min(first, count) and min(last, count) < above:
-            return False
-    first = _best_segment(early, positions, rules.min_weight)
-    last = _best_segment(late, positions, rules.min_weight)
-    if first is None or last is None:
-        return first is None and last is None
-    if first[0] != last[0] or first[3] + rules.saturation <= 0:
-        return False
-    low, high = warm_band(index=first[0], segments=segments)
-    rounded = set()
-    for weight in (first[3], last[3]):
-        position = weight / (weight + rules.saturation) * (high - low)
-        if abs(position - int(position) - 0.5) < _MARGIN:
-            return False
-        rounded.add(round(position))
-    return len(rounded) == 1
-
-
-class WarmWindow:
-    """One label's `warm` scores, valid for every instant of a time window.
-
-    Fed per node with its rows weighed at the start and at the end of the window
-    (`set_node`); `scores` then answers exactly what `warm_scores` answers with the
-    rows weighed at any instant of the window, given the exact rows of the
-    `unsettled` nodes at that instant.
-    """
-
-    def __init__(self, *, keys: Sequence[str], policy: Policy, rules: WarmRules):
-        self.keys = list(keys)
-        self.segments = len(self.keys)
-        self.positions = {key: index for index, key in enumerate(self.keys)}
-        self.policy = policy
-        self.rules = rules
-        self.enabled = bool(self.keys) and policy.enabled
-        # Settled nodes: the best segment and the score without pods or load.
-        self.best: dict[str, tuple[int, str, int, float] | None] = {}
-        self.fixed: dict[str, int] = {}
-        self.unsettled: set[str] = set()
-        # Settled node -> (pods, load, score) of the last call that penalised it.
-        self.penalised: dict[str, tuple[int, float, int]] = {}
-        self.cold = MIN_SCORE
-        if self.enabled:
-            self.cold = _warm_steps(None, self.segments, 0, 0.0, None, policy, rules)[3]
-            for node in policy.nodes:
-                self._fix(node, None)
-
-    def _fix(self, node: str, best) -> None:
-        self.best[node] = best
-        self.fixed[node] = _warm_steps(
-            best,
-            self.segments,
-            0,
-            0.0,
-            self.policy.nodes.get(node),
-            self.policy,
-            self.rules,
-        )[3]
-
-    def set_node(self, node: str, early, late, constant: bool = False) -> None:
-        """A node's (key, raw count, weight) rows at the window's start and end
-        (empty when the node has no history for the label). `constant` says the
-        weights are the very same numbers at every instant of the window (rows made
-        by hand, placed after the window or decayed to the bound on halvings)."""
-        if not self.enabled:
-            return
-        self.unsettled.discard(node)
-        self.penalised.pop(node, None)
-        if not early:
-            if node in self.policy.nodes:
-                self._fix(node, None)
-            else:
-                self.best.pop(node, None)
-                self.fixed.pop(node, None)
-        elif constant or _settled(
-            early, late, self.positions, self.rules, self.segments
-        ):
-            self._fix(node, _best_segment(early, self.positions, self.rules.min_weight))
-        else:
-            self.unsettled.add(node)
-            self.best.pop(node, None)
-            self.fixed.pop(node, None)
-
-    def scores(
-        self,
-        *,
-        nodes: Sequence[str],
-        active: Mapping[str, int],
-        busy: Mapping[str, int] | None,
-        history: Mapping[str, Sequence[tuple[str, int, float]]],
-    ) -> list[int]:
-        """`warm_scores` for `nodes`; `history` holds the rows of the unsettled
-        nodes weighed at the instant asked about (other nodes are ignored)."""
-        if not self.enabled:
-            return [MIN_SCORE] * len(nodes)
-        policy, rules, segments = self.policy, self.rules, self.segments
-        fixed = self.fixed
-        # Nodes whose score is not the kept one: unsettled, with pods of the label,
-        # with load above the mean. Only those asked about are worked out.
-        maybe = self.unsettled | active.keys()
-        if busy and rules.load_penalty:
-            maybe |= busy.keys() & fixed.keys()
-        if not maybe:
-            return list(map(fixed.get, nodes, repeat(self.cold)))
-        wanted = maybe.intersection(nodes)
-        excess = _excess_load(busy, nodes, rules)
-        rule = policy.nodes.get
-        unsettled, penalised = self.unsettled, self.penalised
-        changed: dict[str, int] = {}
-        for node in wanted:
-            pods = active.get(node, 0)
-            load = excess(node)
-            if node in unsettled:
-                best = _best_segment(
-                    history.get(node, ()), self.positions, rules.min_weight
-                )
-                changed[node] = _warm_steps(
-                    best, segments, pods, load, rule(node), policy, rules
-                )[3]
-            elif pods or load or node not in fixed:
-                last = penalised.get(node)
-                if last is not None and last[0] == pods and last[1] == load:
-                    changed[node] = last[2]
-                    continue
-                score = _warm_steps(
-                    self.best.get(node), segments, pods, load, rule(node), policy, rules
-                )[3]
-                penalised[node] = (pods, load, score)
-                changed[node] = score
-        # changed.get(node, fixed.get(node, cold)) for each node, without a loop.
-        return list(map(changed.get, nodes, map(fixed.get, nodes, repeat(self.cold))))

@@ -1,5 +1,6 @@
-"""best_matches on SQLite answers from a per-thread cache: it must always agree with
-the query it replaces, whoever writes (this connection, another one) and however."""
+"""On SQLite the history reader answers from a per-thread cache: it must always agree
+with the queries it replaces, whoever writes (this connection, another one) and
+however."""
 
 import math
 import random
@@ -10,10 +11,13 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection, transaction
 
-from extender.scoring import WarmRules, WarmWindow
-from extender.strategies import SeedStrategy, WarmStrategy
-from history import services
+from extender.scoring.rules import WarmRules, seed_matches
+from extender.scoring.strategies import SeedStrategy, WarmStrategy
+from extender.scoring.window import WarmWindow
+from history import corrections, labels, ledger, recency
 from history.models import KeyNode, KeyPolicy, NodePolicy
+from history.reader import history_reader, sqlite_cache
+from history.watcher import state
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -26,20 +30,34 @@ NODES = [f"node-{i}" for i in range(40)]
 LABELS = ["ci-java-maven-p1", "ci-go-p2", "ci-java-p1", "x-ci-x", "ci"]
 
 
+def view(keys, nodes):
+    """What the reader says about `nodes`, in a comparable form."""
+    history = history_reader().read(keys=keys, label="-".join(keys), nodes=nodes)
+    return (
+        {node: sorted(history.rows[node]) for node in nodes if node in history.rows},
+        {node: history.replaced[node] for node in nodes if node in history.replaced},
+        dict(history.active),
+        dict(history.busy),
+        history.policies,
+        seed_matches(keys=keys, rows=history.rows, nodes=nodes),
+    )
+
+
 def queried(keys, nodes=NODES):
-    """The answer of the plain query (best_matches skips the cache in a transaction)."""
+    """The answer of the plain queries (the reader skips the cache in a
+    transaction)."""
     with transaction.atomic():
-        return services.best_matches(keys=keys, nodes=nodes)
+        return view(keys, nodes)
 
 
 def cached(keys, nodes=NODES):
     assert not connection.in_atomic_block
-    return services.best_matches(keys=keys, nodes=nodes)
+    return view(keys, nodes)
 
 
 def assert_agree():
     for label in LABELS:
-        keys = services.split_pipeline_label(label)
+        keys = labels.split_pipeline_label(label)
         assert cached(keys) == queried(keys), label
         assert cached(keys, NODES[5:9]) == queried(keys, NODES[5:9]), label
         # Seed scores kept between calls match scores computed from the query.
@@ -71,7 +89,7 @@ def in_other_connection(work):
 def test_cache_follows_every_kind_of_write():
     rng = random.Random(3)
     for i in range(60):
-        services.record_placement(
+        ledger.record_placement(
             pod_uid=f"seed-{i}",
             namespace="ns",
             name=f"p{i}",
@@ -83,7 +101,7 @@ def test_cache_follows_every_kind_of_write():
     # Placements from another connection (the watcher's process in production).
     def watcher():
         for i in range(30):
-            services.record_placement(
+            ledger.record_placement(
                 pod_uid=f"w-{i}",
                 namespace="ns",
                 name=f"w{i}",
@@ -96,49 +114,49 @@ def test_cache_follows_every_kind_of_write():
 
     # Admin edits on this connection: set, create, reset, halve, delete.
     rows = list(KeyNode.objects.order_by("id"))
-    services.set_key_node_count(key_node=rows[0], count=0, actor="admin")
-    services.set_key_node_count(key_node=rows[1], count=5_000_000, actor="admin")
+    corrections.set_key_node_count(key_node=rows[0], count=0, actor="admin")
+    corrections.set_key_node_count(key_node=rows[1], count=5_000_000, actor="admin")
     assert_agree()
-    services.create_key_node(key="maven", node="node-39", count=4, actor="admin")
-    services.reset_key_nodes(key_nodes=rows[2:4], actor="admin")
-    services.halve_key_nodes(key_nodes=rows[4:8], actor="admin")
+    corrections.create_key_node(key="maven", node="node-39", count=4, actor="admin")
+    corrections.reset_key_nodes(key_nodes=rows[2:4], actor="admin")
+    corrections.halve_key_nodes(key_nodes=rows[4:8], actor="admin")
     assert_agree()
-    services.delete_key_nodes(key_nodes=rows[8:14], actor="admin")
+    corrections.delete_key_nodes(key_nodes=rows[8:14], actor="admin")
     assert_agree()
 
     # Admin edits from another connection, then a duplicate placement (no change).
     in_other_connection(
-        lambda: services.delete_key_nodes(
+        lambda: corrections.delete_key_nodes(
             key_nodes=KeyNode.objects.filter(key="ci")[:5], actor="admin"
         )
     )
-    assert not services.record_placement(
+    assert not ledger.record_placement(
         pod_uid="seed-0", namespace="ns", name="p0", label="ci", node="node-1"
     )
     assert_agree()
 
 
 def test_cache_survives_a_reconnect_and_a_rolled_back_write():
-    services.record_placement(
+    ledger.record_placement(
         pod_uid="a", namespace="ns", name="a", label="ci-java", node="node-1"
     )
-    assert cached(["ci", "java"]) == {"node-1": (1, 1)}
+    assert cached(["ci", "java"])[-1] == {"node-1": (1, 1)}
     connection.close()
-    services.record_placement(
+    ledger.record_placement(
         pod_uid="b", namespace="ns", name="b", label="ci-java", node="node-2"
     )
-    assert cached(["ci", "java"]) == {"node-1": (1, 1), "node-2": (1, 1)}
+    assert cached(["ci", "java"])[-1] == {"node-1": (1, 1), "node-2": (1, 1)}
 
     class Rollback(Exception):
         pass
 
     with pytest.raises(Rollback), transaction.atomic():
-        services.record_placement(
+        ledger.record_placement(
             pod_uid="c", namespace="ns", name="c", label="ci-java", node="node-3"
         )
         raise Rollback
     assert cached(["ci", "java"]) == queried(["ci", "java"])
-    assert "node-3" not in cached(["ci", "java"])
+    assert "node-3" not in cached(["ci", "java"])[0]
 
 
 # --- the `warm` strategy's inputs and kept scores -----------------------------------
@@ -170,7 +188,7 @@ def assert_warm_agrees(now, strategies=None):
 
 
 def place(uid, label, node, at=None):
-    services.record_placement(
+    ledger.record_placement(
         pod_uid=uid, namespace="ns", name=uid, label=label, node=node, bound_at=at
     )
 
@@ -178,12 +196,12 @@ def place(uid, label, node, at=None):
 def test_warm_follows_every_kind_of_write():
     rng = random.Random(5)
     start = time.time()
-    # Rows of every age: written without a ledger row, as the simulator and
-    # tooling do, from another connection.
+    # Rows of every age, written straight through the upsert from another
+    # connection before anything is cached.
     in_other_connection(
         lambda: [
-            services.increment_key_nodes(
-                keys=services.split_pipeline_label(rng.choice(LABELS)),
+            ledger.increment_key_nodes(
+                keys=labels.split_pipeline_label(rng.choice(LABELS)),
                 node=rng.choice(NODES),
                 now=datetime.fromtimestamp(start - rng.uniform(0, 40) * DAY, UTC),
             )
@@ -193,45 +211,39 @@ def test_warm_follows_every_kind_of_write():
     for i in range(40):
         place(f"seed-{i}", rng.choice(LABELS), rng.choice(NODES))
     assert_warm_agrees(start)
-    # A write without a ledger row once the label is cached.
-    in_other_connection(
-        lambda: services.increment_key_nodes(keys=["ci", "go", "p2"], node="node-0")
-    )
-    services.increment_key_nodes(keys=["ci", "java"], node="node-2", by=30)
-    assert_warm_agrees(start)
 
     # Placements and finishes from another connection (the watcher).
     def watcher():
         for i in range(20):
             place(f"w-{i}", rng.choice(LABELS), rng.choice(NODES[:10]))
         for i in range(0, 40, 3):
-            services.finish_placement(pod_uid=f"seed-{i}")
+            ledger.finish_placement(pod_uid=f"seed-{i}")
 
     in_other_connection(watcher)
     assert_warm_agrees(start)
-    services.finish_placement(pod_uid="w-1")
+    ledger.finish_placement(pod_uid="w-1")
     assert_warm_agrees(start)
 
     # Admin edits: set, create, reset, halve, delete.
     rows = list(KeyNode.objects.order_by("id"))
-    services.set_key_node_count(key_node=rows[0], count=0, actor="admin")
-    services.set_key_node_count(key_node=rows[1], count=3, actor="admin")
-    services.create_key_node(key="p1", node="stranger", count=4, actor="admin")
+    corrections.set_key_node_count(key_node=rows[0], count=0, actor="admin")
+    corrections.set_key_node_count(key_node=rows[1], count=3, actor="admin")
+    corrections.create_key_node(key="p1", node="stranger", count=4, actor="admin")
     assert_warm_agrees(start)
-    services.reset_key_nodes(key_nodes=rows[2:6], actor="admin")
-    services.halve_key_nodes(key_nodes=rows[6:12], actor="admin")
+    corrections.reset_key_nodes(key_nodes=rows[2:6], actor="admin")
+    corrections.halve_key_nodes(key_nodes=rows[6:12], actor="admin")
     assert_warm_agrees(start)
     in_other_connection(
-        lambda: services.delete_key_nodes(key_nodes=rows[12:20], actor="admin")
+        lambda: corrections.delete_key_nodes(key_nodes=rows[12:20], actor="admin")
     )
     assert_warm_agrees(start)
 
     # Node replacements and policy edits, here and from another connection.
-    services.record_node_seen(name="node-3", uid="a")
-    services.record_node_seen(name="node-3", uid="b")
+    state.record_node_seen(name="node-3", uid="a")
+    state.record_node_seen(name="node-3", uid="b")
     assert_warm_agrees(start)
-    in_other_connection(lambda: services.record_node_seen(name="node-4", uid="a"))
-    in_other_connection(lambda: services.record_node_seen(name="node-4", uid="b"))
+    in_other_connection(lambda: state.record_node_seen(name="node-4", uid="a"))
+    in_other_connection(lambda: state.record_node_seen(name="node-4", uid="b"))
     assert_warm_agrees(start)
     KeyPolicy.objects.create(key="java", weight=2.0)
     NodePolicy.objects.create(key="ci", node="node-7", action="ban")
@@ -268,7 +280,7 @@ def test_warm_survives_a_reconnect_and_a_rolled_back_write():
 
     with pytest.raises(Rollback), transaction.atomic():
         place("d", "ci-java", "node-4")
-        services.finish_placement(pod_uid="a")
+        ledger.finish_placement(pod_uid="a")
         KeyPolicy.objects.create(key="ci", enabled=False)
         raise Rollback
     assert_warm_agrees(now)
@@ -286,7 +298,7 @@ def test_warm_survives_a_reconnect_and_a_rolled_back_write():
 
     def swap():
         with transaction.atomic():
-            services.finish_placement(pod_uid="e")
+            ledger.finish_placement(pod_uid="e")
             place("f", "other", "node-5")
 
     in_other_connection(swap)
@@ -297,9 +309,9 @@ def test_warm_scores_at_a_recency_boundary():
     """A node whose weight falls below min_weight inside a window is worked out at
     the instant asked about, not at the window's start."""
     rules = WarmRules()
-    half_life = services.half_life_seconds()
+    half_life = recency.half_life_seconds()
     placed = 1_700_000_000.0
-    services.increment_key_nodes(
+    ledger.increment_key_nodes(
         keys=["ci", "java"], node="node-1", now=datetime.fromtimestamp(placed, UTC)
     )
     # The weight is 1 at `placed` and reaches min_weight after log2(1/0.1) halvings.
@@ -327,9 +339,7 @@ def test_a_broken_invalidation_is_caught(monkeypatch):
 
 
 def test_warm_starts_over_when_a_change_log_is_full(monkeypatch):
-    from history import matchcache
-
-    monkeypatch.setattr(matchcache, "MAX_CHANGES", 3)
+    monkeypatch.setattr(sqlite_cache, "MAX_CHANGES", 3)
     now = time.time()
     for i in range(8):
         place(f"p{i}", LABELS[i % 3], NODES[i])

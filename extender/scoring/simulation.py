@@ -39,8 +39,10 @@ import random
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 
-from extender.scoring import NO_POLICY, WarmRules, seed_scores, warm_scores
-from history.services import accumulate_decayed, decayed_weight
+from extender.scoring.rules import WarmRules
+from extender.scoring.strategies import SeedStrategy, WarmStrategy
+from history.labels import split_pipeline_label
+from history.reader.memory import MemoryHistory
 
 STRATEGY_NAMES = ("none", "seed", "warm")
 LANGUAGES = ("java", "go", "py", "node", "rust", "ruby", "dotnet", "cpp")
@@ -185,7 +187,6 @@ def ledger_workload(scenario: Scenario) -> tuple[Workload, int]:
     replacements are not replayed. Pods without pipeline segments are skipped.
     """
     from history.models import Placement
-    from history.services import split_pipeline_label
 
     pods = []
     nodes = set()
@@ -210,62 +211,6 @@ def ledger_workload(scenario: Scenario) -> tuple[Workload, int]:
             )
         )
     return Workload(pods=pods), len(nodes)
-
-
-class History:
-    """In-memory KeyNode rows and active placements, updated as the database is."""
-
-    def __init__(self, half_life: float):
-        self.half_life = half_life
-        # key -> node -> [count, decayed weight, decayed at]
-        self.rows: dict[str, dict[str, list[float]]] = {}
-        # label -> node -> active pods
-        self.active: dict[str, dict[str, int]] = {}
-        self.replaced_since: dict[str, float] = {}
-
-    def place(self, pod: Pod, node: str, now: float) -> None:
-        for key in dict.fromkeys(pod.keys):
-            row = self.rows.setdefault(key, {}).setdefault(node, [0, 0.0, 0.0])
-            row[1], row[2] = accumulate_decayed(
-                weight=row[1], at=row[2], add=1.0, add_at=now, half_life=self.half_life
-            )
-            row[0] += 1
-        by_node = self.active.setdefault(pod.label, {})
-        by_node[node] = by_node.get(node, 0) + 1
-
-    def finish(self, pod: Pod, node: str) -> None:
-        self.active[pod.label][node] -= 1
-
-    def best_matches(self, keys: list[str], nodes: set[str]) -> dict:
-        """What `history.services.best_matches` returns, for `seed`."""
-        matches: dict[str, tuple[int, int]] = {}
-        for index, key in enumerate(keys):
-            for node, row in self.rows.get(key, {}).items():
-                if node in nodes and row[0] > 0:
-                    matches[node] = (index, int(row[0]))
-        return matches
-
-    def warm_inputs(self, keys: list[str], nodes: set[str], now: float) -> dict:
-        """What `WarmStrategy.inputs` reads from the database, for `warm`."""
-        history: dict[str, list[tuple[str, int, float]]] = {}
-        for key in dict.fromkeys(keys):
-            for node, (count, weight, at) in self.rows.get(key, {}).items():
-                if node not in nodes or count <= 0:
-                    continue
-                if at < self.replaced_since.get(node, -math.inf):
-                    continue
-                history.setdefault(node, []).append(
-                    (
-                        key,
-                        int(count),
-                        decayed_weight(
-                            weight=weight, at=at, now=now, half_life=self.half_life
-                        ),
-                    )
-                )
-        label = "-".join(keys)
-        active = {n: c for n, c in self.active.get(label, {}).items() if c}
-        return {"keys": keys, "history": history, "active": active}
 
 
 def scored_nodes(
@@ -301,7 +246,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
     running = [0] * scenario.nodes
     caches: list[OrderedDict[str, None]] = [OrderedDict() for _ in names]
     load = [0.0] * scenario.nodes
-    history = History(scenario.half_life_days * 86400.0)
+    history = MemoryHistory(scenario.half_life_days * 86400.0)
     rules = WarmRules(
         saturation=scenario.saturation,
         hotspot_penalty=scenario.hotspot_penalty,
@@ -326,20 +271,16 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
     heapq.heapify(events)
     pending: list[Pod] = []
 
+    scorer = None
+    if strategy == "seed":
+        scorer = SeedStrategy(reader=history)
+    elif strategy == "warm":
+        scorer = WarmStrategy(rules=rules, reader=history, half_life=history.half_life)
+
     def extender_scores(pod: Pod, candidates: list[str], now: float) -> list[int]:
-        if strategy == "none":
+        if scorer is None:
             return [0] * len(candidates)
-        wanted = set(candidates)
-        if strategy == "seed":
-            matches = history.best_matches(pod.keys, wanted)
-            return seed_scores(
-                segments=len(pod.keys), matches=matches, nodes=candidates
-            )
-        data = history.warm_inputs(pod.keys, wanted, now)
-        busy = {names[i]: running[i] for i in range(scenario.nodes) if running[i]}
-        return warm_scores(
-            nodes=candidates, policy=NO_POLICY, rules=rules, busy=busy, **data
-        )
+        return scorer.score(label=pod.label, nodes=candidates, now=now)
 
     def try_place(pod: Pod, now: float) -> bool:
         nonlocal next_start, sequence, saved
@@ -378,7 +319,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
         duration = pod.base + extra
         load[chosen] += pod.cpu * duration
         waits.append(now - pod.arrived)
-        history.place(pod, names[chosen], now)
+        history.place(keys=pod.keys, label=pod.label, node=names[chosen], now=now)
         heapq.heappush(events, (now + duration, sequence, "finish", (pod, chosen)))
         sequence += 1
         return True
@@ -393,10 +334,10 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
             pod, node = payload
             free[node] += pod.cpu
             running[node] -= 1
-            history.finish(pod, names[node])
+            history.finish(label=pod.label, node=names[node])
         else:
             caches[payload].clear()
-            history.replaced_since[names[payload]] = now
+            history.replace(node=names[payload], now=now)
             continue
         # FIFO: the head of the queue waits until it fits (no overtaking).
         while pending and try_place(pending[0], now):

@@ -1,16 +1,12 @@
-"""History services against the real database."""
+"""Ledger writes, corrections and the reader's rows against the real database."""
 
 import pytest
 
+from extender.scoring.rules import seed_matches
+from history.corrections import delete_key_nodes, set_key_node_count
+from history.ledger import finish_placement, increment_key_nodes, record_placement
 from history.models import CountAdjustment, KeyNode, Placement
-from history.services import (
-    best_matches,
-    delete_key_nodes,
-    finish_placement,
-    increment_key_nodes,
-    record_placement,
-    set_key_node_count,
-)
+from history.reader import history_reader
 from tests.helpers import run_concurrently
 
 
@@ -102,6 +98,12 @@ def test_delete_records_removed_counts():
     assert delete_key_nodes(key_nodes=rows, actor="carol") == 2
     assert counts() == {}
     assert list(CountAdjustment.objects.values_list("key", "delta")) == [("a", -4)]
+
+
+def best_matches(*, keys, nodes):
+    """The seed formula's best match per node, from what the reader returns."""
+    history = history_reader().read(keys=keys, label="-".join(keys), nodes=nodes)
+    return seed_matches(keys=keys, rows=history.rows, nodes=nodes)
 
 
 @pytest.mark.django_db

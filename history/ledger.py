@@ -1,0 +1,145 @@
+"""Recording placements: the ledger and the counts it drives.
+
+The watcher is the only caller in production. A placement is one ledger row per pod
+UID, and the KeyNode counts of its label's segments move in the same transaction,
+so a replay or relist changes nothing and `audit_counts` can prove every count.
+Counts only ever move through atomic SQL (`count = count + n`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from history.labels import split_pipeline_label
+from history.models import KeyNode, Placement
+from history.reader.model import rows_that_count
+from history.reader.sql import node_rows, replaced_since
+from history.recency import halvings_sql
+
+
+def increment_key_nodes(
+    *,
+    keys: Iterable[str],
+    node: str,
+    by: int = 1,
+    now: datetime | None = None,
+) -> None:
+    """Add `by` to KeyNode(key, node) for every key, creating missing rows.
+
+    One statement: an upsert whose update adds to the stored count (qualified with the
+    table name, as PostgreSQL requires). Safe against concurrent writers on both
+    backends; duplicate keys in `keys` are counted once.
+
+    The same statement keeps the recency state (`decayed_weight` valued at
+    `decayed_at`) exact: the stored weight and the new one are both carried to the
+    later of the two instants, halving once per half-life, then added (see
+    `accumulate_decayed`, which does the same in Python for the simulator).
+
+    Callers write a ledger row (`record_placement`) or an adjustment in the same
+    transaction: the SQLite cache learns of count changes from those rows only, and
+    `audit_counts` proves counts from them.
+    """
+    unique_keys = list(dict.fromkeys(keys))
+    if not unique_keys:
+        return
+    now = now or timezone.now()
+    at = now.timestamp()
+    table = KeyNode._meta.db_table
+    rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(unique_keys))
+    params: list = []
+    for key in unique_keys:
+        params += [key, node, by, float(by), at, now, now, now]
+    stored, new = f"{table}.decayed_at", "excluded.decayed_at"
+    sql = (
+        f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
+        f"last_placed_at, created, updated) "
+        f"VALUES {rows} "
+        f"ON CONFLICT (key, node) DO UPDATE SET "
+        f"count = {table}.count + excluded.count, "
+        f"decayed_weight = {table}.decayed_weight * {halvings_sql(new, stored)} "
+        f"+ excluded.decayed_weight * {halvings_sql(stored, new)}, "
+        f"decayed_at = CASE WHEN {new} > {stored} THEN {new} ELSE {stored} END, "
+        f"last_placed_at = excluded.last_placed_at, updated = excluded.updated"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def record_placement(
+    *,
+    pod_uid: str,
+    namespace: str,
+    name: str,
+    label: str,
+    node: str,
+    bound_at: datetime | None = None,
+    resource_version: str = "",
+    warmth: str = "",
+) -> bool:
+    """Record that pod `pod_uid` was placed on `node`; count it if it is new.
+
+    Returns True when the pod entered the ledger now (and every segment of `label`
+    was incremented on `node` in the same transaction), False when the UID was already
+    in the ledger (nothing changes: the label is frozen at first observation).
+    """
+    keys = split_pipeline_label(label)
+    now = timezone.now()
+    with transaction.atomic():
+        # get_or_create runs its INSERT in a savepoint, so a concurrent duplicate's
+        # IntegrityError does not poison this transaction.
+        placement, created = Placement.objects.get_or_create(
+            pod_uid=pod_uid,
+            defaults={
+                "namespace": namespace,
+                "name": name,
+                "label": label,
+                "node": node,
+                "bound_at": bound_at or now,
+                "resource_version": resource_version,
+                "warmth": warmth,
+            },
+        )
+        if created:
+            # Warmth is judged from history as it stood before this pod counted.
+            if not warmth:
+                placement.warmth = classify_warmth(keys=keys, node=node)
+                Placement.objects.filter(pk=placement.pk).update(
+                    warmth=placement.warmth
+                )
+            increment_key_nodes(keys=keys, node=node, now=now)
+    return created
+
+
+def finish_placement(*, pod_uid: str, finished_at: datetime | None = None) -> bool:
+    """Mark a placement as ended (pod succeeded, failed or was deleted).
+
+    Returns True if an active ledger row was closed now. Counts are cumulative and do
+    not change.
+    """
+    closed = Placement.objects.filter(pod_uid=pod_uid, finished_at__isnull=True).update(
+        finished_at=finished_at or timezone.now()
+    )
+    return bool(closed)
+
+
+def classify_warmth(*, keys: Sequence[str], node: str) -> str:
+    """How warm `node` is for a pod with label segments `keys`, from KeyNode rows.
+
+    "exact" when the most specific segment has history on the node, "partial" when
+    only a more general one has, "cold" otherwise (and for a pod without segments).
+    History from before a node replacement does not count.
+    """
+    if not keys:
+        return Placement.Warmth.COLD
+    rows = node_rows(keys=list(dict.fromkeys(keys)), nodes=[node]).get(node, [])
+    since = replaced_since(nodes=[node]).get(node) if rows else None
+    warm = {key for key, _, _, _ in rows_that_count(rows, since)}
+    if keys[-1] in warm:
+        return Placement.Warmth.EXACT
+    if warm:
+        return Placement.Warmth.PARTIAL
+    return Placement.Warmth.COLD

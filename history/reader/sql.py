@@ -1,0 +1,156 @@
+"""The history store read straight from the database: one statement per call.
+
+Used on PostgreSQL, inside transactions (where a cache could hold a write that is
+then rolled back), and by `explain`-style callers that want the database's word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import orjson
+from django.db import connection
+
+from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
+from history.reader.model import LabelHistory, Policies
+from history.recency import Row
+
+
+class SqlReader:
+    """Answers `read` with one statement, none per node: the label's rows on the
+    nodes (served by the (key, node) index), the replaced nodes among those with
+    rows, the active pods (a partial index) and the policies of the label's keys.
+    """
+
+    def read(
+        self, *, keys: Sequence[str], label: str, nodes: Sequence[str]
+    ) -> LabelHistory:
+        unique = list(dict.fromkeys(keys))
+        if not unique or not nodes:
+            return LabelHistory(
+                keys=tuple(keys), rows={}, replaced={}, active={}, busy={}
+            )
+        condition, param = nodes_condition("node", nodes)
+        marks = ", ".join(["%s"] * len(unique))
+        text, number, real = (
+            "CAST(NULL AS TEXT)",
+            "CAST(NULL AS BIGINT)",
+            "CAST(NULL AS DOUBLE PRECISION)",
+        )
+        sql = (
+            f"WITH r AS (SELECT node, key, count, decayed_weight, decayed_at "
+            f"FROM {KeyNode._meta.db_table} "
+            f"WHERE key IN ({marks}) AND count > 0 AND {condition}) "
+            f"SELECT 0, node, key, {text}, count, decayed_weight, decayed_at FROM r "
+            f"UNION ALL SELECT 1, name, {text}, CAST(history_since AS TEXT), "
+            f"{number}, {real}, {real} FROM {NodeRecord._meta.db_table} "
+            f"WHERE replacements > 0 AND history_since IS NOT NULL "
+            f"AND name IN (SELECT node FROM r) "
+            f"UNION ALL SELECT 2, node, {text}, {text}, "
+            f"SUM(CASE WHEN label = %s THEN 1 ELSE 0 END), COUNT(*), {real} "
+            f"FROM {Placement._meta.db_table} WHERE finished_at IS NULL "
+            f"GROUP BY node "
+            f"UNION ALL SELECT 3, key, {text}, {text}, "
+            f"CASE WHEN enabled THEN 1 ELSE 0 END, weight, {real} "
+            f"FROM {KeyPolicy._meta.db_table} WHERE key IN ({marks}) "
+            f"UNION ALL SELECT 4, key, node, action, {number}, {real}, {real} "
+            f"FROM {NodePolicy._meta.db_table} WHERE key IN ({marks})"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*unique, param, label, *unique, *unique])
+            found = cursor.fetchall()
+        rows: dict[str, list[Row]] = {}
+        replaced: dict[str, float] = {}
+        active: dict[str, int] = {}
+        busy: dict[str, int] = {}
+        key_policies: dict[str, tuple[bool, float]] = {}
+        node_policies: dict[str, dict[str, str]] = {}
+        for kind, first, second, third, number_, real_, at in found:
+            if kind == 0:
+                row = (second, number_, real_, at)
+                if first in rows:
+                    rows[first].append(row)
+                else:
+                    rows[first] = [row]
+            elif kind == 1:
+                replaced[first] = as_timestamp(third)
+            elif kind == 2:
+                busy[first] = int(real_)
+                if number_:
+                    active[first] = number_
+            elif kind == 3:
+                key_policies[first] = (bool(number_), float(real_))
+            else:
+                node_policies.setdefault(first, {})[second] = third
+        return LabelHistory(
+            keys=tuple(keys),
+            rows=rows,
+            replaced=replaced,
+            active=active,
+            busy=busy,
+            policies=Policies(keys=key_policies, nodes=node_policies),
+        )
+
+
+def nodes_condition(column: str, nodes: Sequence[str]) -> tuple[str, object]:
+    """A `column IN nodes` condition with one parameter, whatever the node count."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", list(nodes)
+    return f"{column} IN (SELECT value FROM json_each(%s))", orjson.dumps(
+        list(nodes)
+    ).decode()
+
+
+def node_rows(*, keys: Sequence[str], nodes: Sequence[str]) -> dict[str, list[Row]]:
+    """{node: [(key, count, decayed_weight, decayed_at), ...]} for the rows of the
+    distinct `keys` on `nodes` with count > 0."""
+    if not keys or not nodes:
+        return {}
+    condition, param = nodes_condition("node", nodes)
+    marks = ", ".join(["%s"] * len(keys))
+    sql = (
+        f"SELECT node, key, count, decayed_weight, decayed_at "
+        f"FROM {KeyNode._meta.db_table} "
+        f"WHERE key IN ({marks}) AND count > 0 AND {condition}"
+    )
+    # A plain cursor: thousands of rows per request, no model instances needed.
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*keys, param])
+        found = cursor.fetchall()
+    history: dict[str, list[Row]] = {}
+    for node, key, count, weight, at in found:
+        if node in history:
+            history[node].append((key, count, weight, at))
+        else:
+            history[node] = [(key, count, weight, at)]
+    return history
+
+
+def replaced_since(*, nodes: Sequence[str]) -> dict[str, float]:
+    """For replaced nodes among `nodes`: Unix seconds since which history counts.
+
+    Only nodes seen with a new UID (replacements > 0) are returned: a node seen for
+    the first time keeps the history recorded before ks-scheduler knew its UID.
+    """
+    if not nodes:
+        return {}
+    condition, param = nodes_condition("name", nodes)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT name, history_since FROM {NodeRecord._meta.db_table} "
+            f"WHERE replacements > 0 AND history_since IS NOT NULL AND {condition}",
+            [param],
+        )
+        found = cursor.fetchall()
+    return {name: as_timestamp(since) for name, since in found}
+
+
+def as_timestamp(value: datetime | str) -> float:
+    """Unix seconds of a datetime column read with a plain cursor: a datetime, or
+    text (SQLite's storage; PostgreSQL's `CAST(... AS TEXT)` with its offset)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+    return value.timestamp()
