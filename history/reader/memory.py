@@ -50,14 +50,15 @@ class MemoryHistory:
         self.replaced[node] = now
 
     def read(
-        self, *, keys: Sequence[str], label: str, nodes: Sequence[str]
+        self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:
-        """The label's history on `nodes` (see `LabelHistory`)."""
-        wanted = nodes if isinstance(nodes, set | frozenset) else set(nodes)
+        """The label's history on `nodes`, or on every node with history for it
+        (see `LabelHistory`)."""
+        wanted = None if nodes is None else set(nodes)
         found: dict[str, list[Row]] = {}
         for key in dict.fromkeys(keys):
             for node, (count, weight, at) in self.rows.get(key, {}).items():
-                if count > 0 and node in wanted:
+                if count > 0 and (wanted is None or node in wanted):
                     found.setdefault(node, []).append((key, count, weight, at))
         return LabelHistory(
             keys=tuple(keys),

@@ -55,7 +55,8 @@ class LabelHistory:
     - `keys`: the label's segments, general to specific (may repeat).
     - `rows`: node -> its rows for the label's keys with count > 0, before the
       replacement rule (`rows_that_count` applies it). Without a `revision` only
-      the nodes asked about are present; with one, every node with such rows.
+      the nodes asked about are present; with one, or when no nodes were named,
+      every node with such rows.
     - `replaced`: node -> Unix seconds since which its history counts, for nodes
       seen replaced (a new UID under the same name).
     - `active`: node -> pods of this very label running now; `busy`: node -> all
@@ -102,7 +103,8 @@ class HistoryReader(Protocol):
     """One store's way of answering `read`; one implementation per store."""
 
     def read(
-        self, *, keys: Sequence[str], label: str, nodes: Sequence[str]
+        self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:
-        """The history of pipeline `label` (segments `keys`, non-empty) on `nodes`."""
+        """The history of pipeline `label` (segments `keys`, non-empty) on `nodes`,
+        or on every node with history for it when `nodes` is None."""
         ...

@@ -24,14 +24,18 @@ class SqlReader:
     """
 
     def read(
-        self, *, keys: Sequence[str], label: str, nodes: Sequence[str]
+        self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:
         unique = list(dict.fromkeys(keys))
-        if not unique or not nodes:
+        if not unique or nodes is not None and not nodes:
             return LabelHistory(
                 keys=tuple(keys), rows={}, replaced={}, active={}, busy={}
             )
-        condition, param = nodes_condition("node", nodes)
+        if nodes is None:
+            condition, node_params = "1 = 1", []
+        else:
+            condition, param = nodes_condition("node", nodes)
+            node_params = [param]
         marks = ", ".join(["%s"] * len(unique))
         text, number, real = (
             "CAST(NULL AS TEXT)",
@@ -58,7 +62,7 @@ class SqlReader:
             f"FROM {NodePolicy._meta.db_table} WHERE key IN ({marks})"
         )
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*unique, param, label, *unique, *unique])
+            cursor.execute(sql, [*unique, *node_params, label, *unique, *unique])
             found = cursor.fetchall()
         rows: dict[str, list[Row]] = {}
         replaced: dict[str, float] = {}

@@ -95,7 +95,7 @@ class SqliteCacheReader:
         self.replaced: dict[str, float] = {}
 
     def read(
-        self, *, keys: Sequence[str], label: str, nodes: Sequence[str]
+        self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:
         """The label's history on every node that has some (see `LabelHistory`)."""
         if connection.in_atomic_block:
