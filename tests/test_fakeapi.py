@@ -1,4 +1,4 @@
-"""Contract tests: the unmodified kubernetes client against tests/fakeapi.py.
+"""Contract tests: the unmodified kubernetes client against tests/fakeapi/.
 
 They pin the client behaviour the watcher relies on (reliability.md §1.2). If a
 client upgrade changes one of these behaviours, these tests must fail.
