@@ -2,7 +2,7 @@
 
 `python -m tests.soak_watch --pods 1000` (or `make soak`) migrates a fresh SQLite
 file (or uses DATABASE_URL), runs `manage.py watch_pods` as a subprocess against
-tests/fakeapi.py in cluster mode, and drives pods through it: created, bound,
+tests/fakeapi/ in cluster mode, and drives pods through it: created, bound,
 finished, relabelled and deleted, while injecting dropped and truncated streams,
 410 Gone, silent streams, duplicate replays, 500s, a SIGKILL restart (with pods bound
 and deleted while it is down) and a held database write lock. It ends with exact

@@ -45,7 +45,7 @@ WATCHER_LEASE = "ks-scheduler-watcher"
 EXTENDER_URL = "http://127.0.0.1:8080/scheduler"
 PRIORITIZE_VERB = "priorities/pipeline"
 FILTER_VERB = "predicates/alwaystrue"
-# reliability decision 3 / E1: counts are a soft preference, never block scheduling.
+# Counts are a soft preference: a failing extender must never block scheduling.
 IGNORABLE_POLICY = True
 GUNICORN_GRACEFUL_TIMEOUT = 30
 

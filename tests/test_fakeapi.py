@@ -1,7 +1,8 @@
-"""Contract tests: the unmodified kubernetes client against tests/fakeapi.py.
+"""Contract tests: the unmodified kubernetes client against tests/fakeapi/.
 
-They pin the client behaviour the watcher relies on (reliability.md §1.2). If a
-client upgrade changes one of these behaviours, these tests must fail.
+They pin the client behaviour the watcher relies on (timeouts, 410, bookmarks,
+chunked streams). If a client upgrade changes one of these behaviours, these tests
+must fail.
 """
 
 import threading

@@ -265,7 +265,7 @@ def test_metrics_answer_with_database_up_zero_when_the_database_is_gone():
         reason="database_error",
     )
     if call_status == 200:
-        # Neutral scores are the other answer the scheduler accepts (E3).
+        # All-zero scores are the other answer the scheduler accepts without a database.
         assert {entry["Score"] for entry in json.loads(answer)} == {0}
         assert errors == 0
     else:

@@ -75,7 +75,7 @@ def test_duplicate_placements_from_concurrent_writers_count_once():
 
 
 def test_a_killed_session_recovers_after_close_old_connections():
-    """T34: queries fail once the server ends the session, until
+    """Queries fail once the server ends the session, until
     close_old_connections() (what the watcher calls before each unit of work)."""
     ledger.increment_key_nodes(keys=["k"], node="n")
     other = connections.create_connection("default")

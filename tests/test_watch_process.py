@@ -125,7 +125,7 @@ def test_sigterm_exits_zero_within_seconds_and_serves_metrics(server, launch, tm
 
 
 def test_sigkill_mid_stream_then_restart_resumes_from_the_checkpoint(server, launch):
-    """T27a/T28: pods bound, and bound and deleted, while down are all counted."""
+    """Pods bound, and bound and deleted, while the watcher is down are all counted."""
     cluster = Cluster(server)
     watcher = launch()
     cluster.bind_new("n0")
@@ -150,7 +150,7 @@ def test_sigkill_mid_stream_then_restart_resumes_from_the_checkpoint(server, lau
 
 
 def test_two_watchers_on_one_database_count_once(server, launch):
-    """T21: hot-hot replicas; the ledger drops every duplicate."""
+    """Two active replicas on one database; the ledger drops every duplicate."""
     cluster = Cluster(server)
     for i in range(5):
         cluster.bind_new(f"n{i % 3}", label="two-w")
@@ -166,7 +166,7 @@ def test_two_watchers_on_one_database_count_once(server, launch):
 
 
 def test_leader_election_one_active_and_failover(server, launch):
-    """T36: one replica counts; after its death the standby takes over."""
+    """With leader election one replica counts; after its death the standby does."""
     cluster = Cluster(server)
     env = {"POD_NAMESPACE": "ks-pipelines"}
     first = launch("--leader-elect", name="a", POD_NAME="a", **env)
@@ -195,7 +195,7 @@ def test_leader_election_one_active_and_failover(server, launch):
 
 
 def test_a_held_write_lock_delays_but_loses_nothing(server, launch):
-    """T25: another connection holds the write lock; events are retried."""
+    """Another connection holds the write lock; events are retried, none lost."""
     cluster = Cluster(server)
     watcher = launch()
     cluster.bind_new("n1")
@@ -239,7 +239,7 @@ def test_sigint_is_handled_like_sigterm(server, launch):
 def test_repeated_sigkill_at_random_moments_keeps_the_database_consistent(
     server, launch
 ):
-    """T28: after every kill the audit balances; the last watcher makes it exact."""
+    """After every kill the audit balances; the last watcher makes it exact."""
     import random
 
     rng = random.Random(11)
