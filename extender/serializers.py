@@ -243,7 +243,7 @@ class HostPriorityList:
             last = _LAST[scores[-1]]
         except (KeyError, TypeError):
             return None
-        pieces = [None] * (2 * len(nodes))
+        pieces: list[str] = [""] * (2 * len(nodes))
         pieces[0::2] = nodes
         pieces[1::2] = tails
         pieces[-1] = last

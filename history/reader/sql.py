@@ -31,11 +31,12 @@ class SqlReader:
             return LabelHistory(
                 keys=tuple(keys), rows={}, replaced={}, active={}, busy={}
             )
+        node_params: list[str | list[str]] = []
         if nodes is None:
-            condition, node_params = "1 = 1", []
+            condition = "1 = 1"
         else:
             condition, param = nodes_condition("node", nodes)
-            node_params = [param]
+            node_params.append(param)
         marks = ", ".join(["%s"] * len(unique))
         text, number, real = (
             "CAST(NULL AS TEXT)",
@@ -97,7 +98,7 @@ class SqlReader:
         )
 
 
-def nodes_condition(column: str, nodes: Sequence[str]) -> tuple[str, object]:
+def nodes_condition(column: str, nodes: Sequence[str]) -> tuple[str, str | list[str]]:
     """A `column IN nodes` condition with one parameter, whatever the node count."""
     if connection.vendor == "postgresql":
         return f"{column} = ANY(%s)", list(nodes)
