@@ -228,6 +228,10 @@ KSSCHED_SCHEDULER_NAME = env.str("KSSCHED_SCHEDULER_NAME", default="ks-scheduler
 KSSCHED_SCORING = env.str("KSSCHED_SCORING", default="warm")
 # `warm` scoring: each placement's weight halves every half-life.
 KSSCHED_HALF_LIFE_DAYS = env.float("KSSCHED_HALF_LIFE_DAYS", default=7.0)
+# Each web worker keeps an exact copy of the history it scores with (SQLite: synced
+# from the ledger; PostgreSQL: from a trigger-written change log). Off: one
+# statement per call, straight from the database.
+KSSCHED_HISTORY_CACHE = env.bool("KSSCHED_HISTORY_CACHE", default=True)
 # Full Node lists are large (5000 nodes are about 70 MB); only the extender routes
 # accept bodies this big. The rest of the site keeps Django's default limit.
 KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=128 * 1024 * 1024)
