@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import time
 
+import psycopg
 from django.db import connection
 from django.db.utils import Error as DjangoDatabaseError
 
@@ -53,18 +54,21 @@ HORIZON_TABLE = "history_change_horizon"
 RETENTION_SECONDS = 300
 PRUNE_EVERY = 60.0
 
+# Prepared once per connection: planning it would cost more than running it.
 _LOOK = (
-    f"SELECT CAST(s AS TEXT), CAST(h.horizon AS TEXT), "
-    f"CONCAT(sys.system_identifier, '/', "
-    f"(SELECT oid FROM pg_database WHERE datname = current_database())), "
-    f"c.kind, c.key, c.node "
+    f"SELECT CAST(s AS TEXT), CAST(h.horizon AS TEXT), c.kind, c.key, c.node "
     f"FROM pg_current_snapshot() AS s "
     f"CROSS JOIN {HORIZON_TABLE} AS h "
-    f"CROSS JOIN pg_control_system() AS sys "
     f"LEFT JOIN LATERAL (SELECT kind, key, node FROM {CHANGE_TABLE} "
     f"WHERE xid >= pg_snapshot_xmin(CAST(%s AS pg_snapshot)) "
     f"AND NOT pg_visible_in_snapshot(xid, CAST(%s AS pg_snapshot)) "
     f"LIMIT %s) AS c ON TRUE"
+)
+# Which database a connection talks to: the cluster and the database in it.
+_IDENTITY = (
+    "SELECT CONCAT(sys.system_identifier, '/', d.oid) "
+    "FROM pg_control_system() AS sys, pg_database AS d "
+    "WHERE d.datname = current_database()"
 )
 
 _PRUNE = (
@@ -93,6 +97,9 @@ class PostgresCacheReader(CachedReader):
         super().__init__()
         # How often this cache started over (for tests and the logs).
         self.starts = 0
+        # The driver connection last used, and the database it reaches.
+        self.raw: object | None = None
+        self.identity: str | None = None
         self.pruned_at = time.monotonic()
 
     def clear(self) -> None:
@@ -107,14 +114,15 @@ class PostgresCacheReader(CachedReader):
             # A connection that broke while idle: reopen it once.
             connection.close()
             rows = self._look()
-        snapshot, horizon, system, *_ = rows[0]
+        snapshot, horizon, *_ = rows[0]
+        system = self.identity
         previous = self.snapshot
         if previous is not None and (
             system != self.system
             or _xmax(snapshot) < _xmax(previous)
             or _xmin(previous) < int(horizon)
             or len(rows) > MAX_SYNC_PAIRS
-            or any(row[3] == 2 for row in rows)
+            or any(row[2] == 2 for row in rows)
         ):
             logger.info("History cache starts over (database changed or log pruned)")
             previous = None
@@ -123,7 +131,7 @@ class PostgresCacheReader(CachedReader):
             self.starts += 1
         else:
             pairs: dict[str, set[str]] = {}
-            for _, _, _, kind, key, node in rows:
+            for _, _, kind, key, node in rows:
                 if kind == 0:
                     if self.is_cached(key):
                         pairs.setdefault(key, set()).add(node)
@@ -140,9 +148,17 @@ class PostgresCacheReader(CachedReader):
         connection.ensure_connection()
         raw = connection.connection
         with connection.wrap_database_errors:
-            with raw.cursor() as cursor:
+            if raw is not self.raw:
+                # A new connection may reach another database: ask which.
+                with psycopg.Cursor(raw) as cursor:
+                    cursor.execute(_IDENTITY)
+                    row = cursor.fetchone()
+                self.raw, self.identity = raw, row[0] if row else None
+            with psycopg.Cursor(raw) as cursor:
                 cursor.execute(
-                    _LOOK, [self.snapshot, self.snapshot, MAX_SYNC_PAIRS + 1]
+                    _LOOK,
+                    [self.snapshot, self.snapshot, MAX_SYNC_PAIRS + 1],
+                    prepare=True,
                 )
                 return cursor.fetchall()
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import orjson
+import psycopg
 from django.db import connection
 
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
@@ -62,9 +63,7 @@ class SqlReader:
             f"UNION ALL SELECT 4, key, node, action, {number}, {real}, {real} "
             f"FROM {NodePolicy._meta.db_table} WHERE key IN ({marks})"
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [*unique, *node_params, label, *unique, *unique])
-            found = cursor.fetchall()
+        found = fetch_all(sql, [*unique, *node_params, label, *unique, *unique])
         rows: dict[str, list[Row]] = {}
         replaced: dict[str, float] = {}
         active: dict[str, int] = {}
@@ -96,6 +95,28 @@ class SqlReader:
             busy=busy,
             policies=Policies(keys=key_policies, nodes=node_policies),
         )
+
+
+def fetch_all(sql: str, params: list) -> list[tuple]:
+    """Run one statement and return its rows. On PostgreSQL the parameters are
+    bound on the server (a node list is one array parameter, not kilobytes of SQL
+    text, and a statement run often is prepared once per connection)."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    connection.ensure_connection()
+    raw = psycopg.Cursor(connection.connection)
+    # Django's own wrapper: errors become Django's, and the query is logged where
+    # Django logs queries.
+    wrap = (
+        connection.make_debug_cursor
+        if connection.queries_logged
+        else (connection.make_cursor)
+    )
+    with wrap(raw) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def nodes_condition(column: str, nodes: Sequence[str]) -> tuple[str, str | list[str]]:
