@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import orjson
 import psycopg
 from django.db import connection
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
 from history.reader.model import LabelHistory, Policies
@@ -106,15 +107,10 @@ def fetch_all(sql: str, params: list) -> list[tuple]:
             cursor.execute(sql, params)
             return cursor.fetchall()
     connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
-    # Django's own wrapper: errors become Django's, and the query is logged where
+    # Django's own wrappers: errors become Django's, and the query is logged where
     # Django logs queries.
-    wrap = (
-        connection.make_debug_cursor
-        if connection.queries_logged
-        else (connection.make_cursor)
-    )
-    with wrap(raw) as cursor:
+    wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
+    with wrapper(psycopg.Cursor(connection.connection), connection) as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 
