@@ -7,7 +7,7 @@ PYTHON3 ?= python3
 RUN_DATA_PATH ?= $(CURDIR)/var/scheduler.db
 SECRET_FILE := var/secret_key
 
-.PHONY: help run migrate test lint format checks pytest pytest-postgres bench soak clean
+.PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench soak clean
 .PHONY: docker-build docker-push deploy-yaml screenshots
 
 help:
@@ -44,6 +44,12 @@ run: $(VENV)/.installed $(SECRET_FILE)
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The import layers (history never imports extender, no cycles; pyproject.toml) and
+# the types of the application code (mypy.ini).
+typecheck: $(VENV)/.dev-installed
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 format: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check --fix .

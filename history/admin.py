@@ -1,6 +1,6 @@
 """Admin for pipeline history: KeyNode counts are editable, the ledger is read-only.
 
-Every count change goes through `history.services`, so it is recorded as a
+Every count change goes through `history.corrections`, so it is recorded as a
 CountAdjustment and `audit_counts` does not report it as drift, and every change is
 written to the object's admin history as "old → new". Members of the view-only group
 browse and export CSV; they see no edit controls and no actions that write.

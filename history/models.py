@@ -12,7 +12,7 @@ from django.db import models
 class KeyNode(models.Model):
     """How often pods whose pipeline label contains `key` were placed on `node`.
 
-    One row per (key, node). Written by the watcher through `history.services`; platform
+    One row per (key, node). Written by the watcher through `history.ledger`; platform
     engineers may edit `count` in the admin (recorded as a CountAdjustment).
     """
 
@@ -21,7 +21,7 @@ class KeyNode(models.Model):
     count = models.PositiveBigIntegerField(default=0)
     last_placed_at = models.DateTimeField(null=True, blank=True)
     # Recency state kept on write: the sum over placements of 0.5 ** (age / half-life),
-    # valued at `decayed_at` (Unix seconds). See `history.services.decayed_weight`.
+    # valued at `decayed_at` (Unix seconds). See `history.recency.decayed_weight`.
     decayed_weight = models.FloatField(default=0.0)
     decayed_at = models.FloatField(default=0.0)
     created = models.DateTimeField(auto_now_add=True)

@@ -279,7 +279,7 @@ def test_bulk_halve_and_reset_are_recorded(admin_client):
     assert audit_drift() == []
 
 
-def test_bulk_delete_goes_through_services(admin_client):
+def test_bulk_delete_goes_through_corrections(admin_client):
     rows = make_rows()
     response = run_action(admin_client, "delete_selected", rows[:2], post="yes")
     assert response.status_code == 302

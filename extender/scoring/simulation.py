@@ -20,11 +20,11 @@ The model, in brief:
   (NodeResourcesFit, weight 1) and the best wins, ties broken at random. A pod that
   fits nowhere waits in a FIFO queue until a pod finishes.
 
-The strategies are the real ones: `seed_scores` and `warm_scores` from
-`extender.scoring`, fed from in-memory state kept exactly as the database keeps it
-(`history.services.accumulate_decayed` mirrors the upsert; rows last placed before
-a node replacement are dropped as `key_node_history` drops them). "none" models
-kube-scheduler without the extender.
+The strategies are the real ones (`extender.scoring.strategies`), reading from an
+in-memory store kept exactly as the database keeps it
+(`history.reader.memory.MemoryHistory` mirrors the ledger's upsert; node
+replacements count as they do for the database). "none" models kube-scheduler
+without the extender.
 
 Everything is deterministic for a given seed: the workload is drawn first from one
 random stream, and every strategy replays it with its own identically seeded
