@@ -46,10 +46,11 @@ def test_anonymous_requests_are_refused(url):
     assert response["WWW-Authenticate"] == "Token"
 
 
-def test_users_without_view_permission_are_refused(history):
+@pytest.mark.parametrize("url", ENDPOINTS)
+def test_users_without_view_permission_are_refused(history, url):
     client = APIClient()
     client.force_login(User.objects.create_user("nobody", password="x-long-pass"))
-    response = client.get("/api/keys/")
+    response = client.get(url, HTTP_ACCEPT="application/json")
     assert response.status_code == 403
     assert "view permission" in response.json()["detail"]
 
