@@ -12,12 +12,14 @@ from urllib.parse import urlencode
 from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.http import HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
 from history import services
 from history.models import CountAdjustment, KeyNode, KeyPolicy, NodePolicy, Placement
+from history.validation import nul_message, nul_parameter
 
 # The pipeline page lives in the extender app (it needs the scoring strategy) and is
 # routed in kssched/urls.py under this name.
@@ -32,6 +34,47 @@ def pipeline_url(value: str) -> str:
 
 def placements_url(**params: str) -> str:
     return f"{reverse('admin:history_placement_changelist')}?{urlencode(params)}"
+
+
+def refusal_page(
+    request, *, title: str, message: str, status: int, back_url: str, back_text: str
+) -> TemplateResponse:
+    """An admin page that says why a request was refused, with a link back."""
+    context = {
+        **admin.site.each_context(request),
+        "title": title,
+        "message": message,
+        "back_url": back_url,
+        "back_text": back_text,
+    }
+    return TemplateResponse(
+        request, "admin/request_refused.html", context, status=status
+    )
+
+
+def refuse_nul_parameters(request) -> TemplateResponse | None:
+    """A 400 page when a filter or search value holds a NUL character, else None."""
+    name = nul_parameter(request.GET)
+    if name is None:
+        return None
+    return refusal_page(
+        request,
+        title="Filter refused",
+        message=nul_message(f"The filter or search parameter {name!r}"),
+        status=400,
+        back_url=request.path,
+        back_text="Show the page without filters",
+    )
+
+
+class HistoryModelAdmin(admin.ModelAdmin):
+    """Base of the history admins: outside text is checked before any query."""
+
+    def changelist_view(self, request, extra_context=None):
+        refused = refuse_nul_parameters(request)
+        if refused is not None:
+            return refused
+        return super().changelist_view(request, extra_context)
 
 
 class BusiestValuesFilter(admin.SimpleListFilter):
@@ -131,7 +174,7 @@ def csv_cell(value) -> str:
 
 
 @admin.register(KeyNode)
-class KeyNodeAdmin(admin.ModelAdmin):
+class KeyNodeAdmin(HistoryModelAdmin):
     list_display = ("key", "node", "count", "last_placement", "updated", "links")
     list_editable = ("count",)
     list_filter = (KeyFilter, NodeFilter, CountFilter, "last_placed_at", "updated")
@@ -238,7 +281,7 @@ class KeyNodeAdmin(admin.ModelAdmin):
         )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(HistoryModelAdmin):
     """Facts recorded by the watcher or by edits: browsable, never editable."""
 
     def has_add_permission(self, request):
@@ -289,7 +332,7 @@ class CountAdjustmentAdmin(ReadOnlyAdmin):
 
 
 @admin.register(KeyPolicy)
-class KeyPolicyAdmin(admin.ModelAdmin):
+class KeyPolicyAdmin(HistoryModelAdmin):
     """Per-key scoring policy for the `warm` strategy: opt out or weight a key."""
 
     list_display = ("key", "enabled", "weight", "note", "updated")
@@ -300,7 +343,7 @@ class KeyPolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(NodePolicy)
-class NodePolicyAdmin(admin.ModelAdmin):
+class NodePolicyAdmin(HistoryModelAdmin):
     """Pin or ban a node for a key in the `warm` strategy."""
 
     list_display = ("key", "node", "action", "note", "updated")

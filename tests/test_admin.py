@@ -373,6 +373,35 @@ def test_staff_without_history_permission_cannot_open_pipeline(client):
     assert client.get("/admin/pipeline/?q=maven").status_code == 403
 
 
+@pytest.mark.parametrize(
+    ("url", "params"),
+    [
+        ("/admin/history/keynode/", {"key": "mav\x00en"}),
+        ("/admin/history/keynode/", {"node": "worker\x001"}),
+        ("/admin/history/keynode/", {"q": "mav\x00en"}),
+        ("/admin/history/placement/", {"key": "mav\x00en"}),
+        ("/admin/history/placement/", {"node": "worker\x001"}),
+        ("/admin/history/placement/", {"q": "\x00"}),
+        ("/admin/history/countadjustment/", {"q": "\x00"}),
+        ("/admin/history/keypolicy/", {"q": "\x00"}),
+        ("/admin/history/nodepolicy/", {"q": "\x00"}),
+        ("/admin/pipeline/", {"q": "jenkins-\x00java"}),
+    ],
+)
+def test_a_nul_character_in_a_filter_or_search_is_refused_with_a_message(
+    admin_client, url, params
+):
+    place("a", "jenkins-java-maven", "worker-1")
+    response = admin_client.get(url, params)
+    assert response.status_code == 400
+    assert response.templates[0].name == "admin/request_refused.html"
+    name = next(iter(params))
+    assert f"The filter or search parameter &#x27;{name}&#x27; contains a NUL" in (
+        response.content.decode()
+    )
+    assert f'href="{url}"' in response.content.decode()
+
+
 # --- Placement ledger -----------------------------------------------------------------
 
 

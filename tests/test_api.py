@@ -113,6 +113,22 @@ def test_nodes_of_an_unknown_key_is_404(api, history):
     assert "nope" in response.json()["detail"]
 
 
+@pytest.mark.parametrize(
+    ("url", "params", "name"),
+    [
+        ("/api/keys/mav%00en/nodes/", {}, "key"),
+        ("/api/keys/", {"search": "ja\x00va"}, "search"),
+        ("/api/placements/", {"node": "worker\x001"}, "node"),
+        ("/api/placements/", {"key": "ja\x00va"}, "key"),
+        ("/api/placements/", {"label": "\x00"}, "label"),
+    ],
+)
+def test_a_nul_character_in_the_path_or_query_is_a_400(api, history, url, params, name):
+    response = api.get(url, params)
+    assert response.status_code == 400
+    assert "NUL character" in response.json()[name][0]
+
+
 def uids(api, **params):
     response = api.get("/api/placements/", params)
     assert response.status_code == 200, response.content

@@ -159,13 +159,15 @@ def test_unique_names_keeps_the_list_when_nothing_repeats():
 
 
 def test_prioritize_answers_awkward_names_as_valid_json(client):
-    names = ["plain", *AWKWARD_NAMES, "plain"]
+    # A NUL character is refused with a 400 (tests/test_extender.py).
+    awkward = [name for name in AWKWARD_NAMES if "\x00" not in name]
+    names = ["plain", *awkward, "plain"]
     body = orjson.dumps({"Pod": {"metadata": {}}, "Nodes": None, "NodeNames": names})
     response = client.generic("POST", PRIORITIZE_URL, body, "application/json")
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json"
     reply = orjson.loads(response.content)
-    assert [entry["Host"] for entry in reply] == ["plain", *AWKWARD_NAMES]
+    assert [entry["Host"] for entry in reply] == ["plain", *awkward]
     assert all(set(entry) == {"Host", "Score"} for entry in reply)
     assert all(type(entry["Score"]) is int for entry in reply)
 
