@@ -15,7 +15,14 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from extender.strategies import get_strategy
-from history.models import CountAdjustment, KeyNode, NodeRecord, Placement, WatchState
+from history.models import (
+    MAX_COUNT,
+    CountAdjustment,
+    KeyNode,
+    NodeRecord,
+    Placement,
+    WatchState,
+)
 from history.services import (
     audit_counts,
     create_key_node,
@@ -81,6 +88,47 @@ def test_admin_rejects_negative_count(admin_client):
     assert b"greater than or equal to 0" in response.content
     row.refresh_from_db()
     assert row.count == 3
+
+
+TOO_LARGE = "Ensure this value is less than or equal to 1000000000"
+
+
+def test_counts_above_the_bound_are_refused_in_every_form(admin_client):
+    row = create_key_node(key="jenkins", node="worker-1", count=3, actor="setup")
+    change = f"/admin/history/keynode/{row.pk}/change/"
+    response = admin_client.post(change, {"count": str(2**63 - 1)})
+    assert response.status_code == 200
+    assert TOO_LARGE in response.content.decode()
+    response = admin_client.post(
+        "/admin/history/keynode/", editable_post([row], [MAX_COUNT + 1])
+    )
+    assert response.status_code == 200
+    assert TOO_LARGE in response.content.decode()
+    response = admin_client.post(
+        "/admin/history/keynode/add/",
+        {"key": "maven", "node": "worker-9", "count": str(MAX_COUNT + 1)},
+    )
+    assert response.status_code == 200
+    assert TOO_LARGE in response.content.decode()
+    assert list(KeyNode.objects.values_list("key", "count")) == [("jenkins", 3)]
+    assert CountAdjustment.objects.count() == 1
+
+
+def test_the_largest_count_takes_later_placements_but_no_larger_edit(admin_client):
+    row = create_key_node(key="jenkins", node="worker-1", count=3, actor="setup")
+    response = admin_client.post(
+        f"/admin/history/keynode/{row.pk}/change/", {"count": str(MAX_COUNT)}
+    )
+    assert response.status_code == 302
+    for uid in ("u1", "u2"):
+        place(uid, "jenkins", "worker-1")
+    row.refresh_from_db()
+    assert (type(row.count), row.count) == (int, MAX_COUNT + 2)
+    assert audit_drift() == []
+    response = admin_client.post(
+        f"/admin/history/keynode/{row.pk}/change/", {"count": str(MAX_COUNT + 2)}
+    )
+    assert TOO_LARGE in response.content.decode()
 
 
 def test_viewer_group_can_browse_but_not_edit(client):
