@@ -7,8 +7,10 @@ browse and export CSV; they see no edit controls and no actions that write.
 """
 
 import csv
+import logging
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.http import HttpResponse
@@ -18,8 +20,12 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from history import services
+from history.exceptions import WriteLockTimeoutError
 from history.models import CountAdjustment, KeyNode, KeyPolicy, NodePolicy, Placement
 from history.validation import nul_message, nul_parameter
+from history.writelock import run_write
+
+logger = logging.getLogger(__name__)
 
 # The pipeline page lives in the extender app (it needs the scoring strategy) and is
 # routed in kssched/urls.py under this name.
@@ -67,14 +73,67 @@ def refuse_nul_parameters(request) -> TemplateResponse | None:
     )
 
 
+def write_lock_page(request, exc: WriteLockTimeoutError) -> TemplateResponse:
+    """503: the edit did not get the database's write lock in time; nothing changed."""
+    response = refusal_page(
+        request,
+        title="Database busy",
+        message=(
+            f"Nothing was changed: another process held the database's write lock "
+            f"for {exc.waited:.0f} s (usually the watcher recording a burst of "
+            f"pods, or a shell with a write transaction open), so this edit was "
+            f"not saved. Your browser's Back button returns to the form with what "
+            f"you entered; submit it again."
+        ),
+        status=503,
+        back_url=request.get_full_path(),
+        back_text="Open the page again",
+    )
+    response["Retry-After"] = "5"
+    return response
+
+
 class HistoryModelAdmin(admin.ModelAdmin):
-    """Base of the history admins: outside text is checked before any query."""
+    """Base of the history admins.
+
+    Outside text is checked before any query. Every POST (form saves, list edits,
+    bulk actions, deletions) runs in one transaction that waits a bounded time for
+    SQLite's write lock (KSSCHED_ADMIN_WRITE_WAIT) and is tried again while the
+    watcher holds it; if that is not enough, the user gets a page that says nothing
+    was changed instead of a 500.
+    """
 
     def changelist_view(self, request, extra_context=None):
         refused = refuse_nul_parameters(request)
         if refused is not None:
             return refused
-        return super().changelist_view(request, extra_context)
+        parent = super().changelist_view
+        return self._write(request, lambda: parent(request, extra_context))
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        parent = super().changeform_view
+        return self._write(
+            request, lambda: parent(request, object_id, form_url, extra_context)
+        )
+
+    def delete_view(self, request, object_id, extra_context=None):
+        parent = super().delete_view
+        return self._write(request, lambda: parent(request, object_id, extra_context))
+
+    def _write(self, request, view):
+        if request.method != "POST":
+            return view()
+        try:
+            return run_write(view, wait=settings.KSSCHED_ADMIN_WRITE_WAIT)
+        except WriteLockTimeoutError as exc:
+            logger.warning(
+                "Refused admin %s %s by %s: %s; nothing was changed",
+                request.method,
+                request.path,
+                request.user.get_username(),
+                exc,
+            )
+            return write_lock_page(request, exc)
 
 
 class BusiestValuesFilter(admin.SimpleListFilter):

@@ -93,6 +93,9 @@ TEMPLATES = [
 
 DATA_PATH = Path(env.str("DATA_PATH", default="/data/scheduler.db"))
 SQLITE_TIMEOUT = env.float("KSSCHED_SQLITE_TIMEOUT", default=5.0)
+# An admin edit keeps trying for the SQLite write lock this long in all, then tells
+# the user nothing was changed. Keep it below gunicorn's KSSCHED_WORKER_TIMEOUT.
+KSSCHED_ADMIN_WRITE_WAIT = env.float("KSSCHED_ADMIN_WRITE_WAIT", default=10.0)
 
 if env.str("DATABASE_URL", default=""):
     DATABASES = {"default": env.db_url("DATABASE_URL")}

@@ -3,6 +3,10 @@
 import csv
 import io
 import re
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
 from datetime import timedelta
 from xml.etree import ElementTree
 
@@ -358,6 +362,98 @@ def test_csv_cells_never_start_a_formula(admin_client):
     row = KeyNode.objects.create(key="=cmd", node="worker-1", count=1)
     response = run_action(admin_client, "export_csv", [row])
     assert "'=cmd" in response.content.decode()
+
+
+# --- The SQLite write lock ------------------------------------------------------------
+
+HOLD_WRITE_LOCK = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+
+
+@contextmanager
+def write_lock_held_elsewhere(seconds: float):
+    """Another process holds the SQLite write lock for `seconds`, as the watcher
+    does while it records a batch, or a shell with a write transaction open."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            HOLD_WRITE_LOCK,
+            connection.settings_dict["NAME"],
+            str(seconds),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        process.wait(timeout=30)
+        process.stdout.close()
+
+
+@pytest.fixture
+def sqlite_timeout_1s():
+    """KSSCHED_SQLITE_TIMEOUT=1 for this test's connection, so the tests are quick."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's write lock")
+    options = connection.settings_dict["OPTIONS"]
+    saved = options["timeout"]
+    options["timeout"] = 1.0
+    connection.close()
+    yield
+    options["timeout"] = saved
+    connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_edit_waits_out_a_write_lock_held_elsewhere(
+    admin_client, sqlite_timeout_1s, settings
+):
+    settings.KSSCHED_ADMIN_WRITE_WAIT = 8
+    row = create_key_node(key="jenkins", node="worker-1", count=3, actor="setup")
+    started = time.monotonic()
+    with write_lock_held_elsewhere(2.5):
+        response = admin_client.post(
+            f"/admin/history/keynode/{row.pk}/change/", {"count": "12"}
+        )
+    assert response.status_code == 302
+    assert time.monotonic() - started >= 2.4
+    row.refresh_from_db()
+    assert row.count == 12
+    entry = LogEntry.objects.get(object_id=str(row.pk))
+    assert entry.get_change_message() == "Changed count from 3 to 12."
+    assert audit_drift() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_edit_without_the_write_lock_in_time_changes_nothing_and_says_so(
+    admin_client, sqlite_timeout_1s, settings
+):
+    settings.KSSCHED_ADMIN_WRITE_WAIT = 2
+    rows = make_rows()
+    with write_lock_held_elsewhere(4):
+        started = time.monotonic()
+        response = run_action(admin_client, "halve_counts", rows[:3])
+        elapsed = time.monotonic() - started
+    assert response.status_code == 503
+    assert 1.9 <= elapsed < 3.5
+    assert response["Retry-After"] == "5"
+    assert response.templates[0].name == "admin/request_refused.html"
+    message = response.context["message"]
+    assert message.startswith("Nothing was changed: another process held the")
+    assert "write lock for 2 s" in message
+    assert sorted(KeyNode.objects.values_list("count", flat=True)) == [0, 3, 40, 250]
+    assert not CountAdjustment.objects.exclude(actor="setup").exists()
+    assert not LogEntry.objects.exists()
+    assert audit_drift() == []
 
 
 # --- Viewers and anonymous users ------------------------------------------------------
