@@ -16,6 +16,7 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.db import connection
 from django.db.models import Sum
+from django.test import Client
 from django.utils import timezone
 
 from extender.strategies import get_strategy
@@ -32,7 +33,7 @@ from history.services import (
     create_key_node,
     split_pipeline_label,
 )
-from tests.helpers import place
+from tests.helpers import log_in, place
 
 pytestmark = pytest.mark.django_db
 
@@ -60,6 +61,64 @@ def test_admin_login_with_the_form(client):
     assert response.status_code == 302
     assert response["Location"] == "/admin/"
     assert client.get("/admin/").status_code == 200
+
+
+# --- Login throttling -----------------------------------------------------------------
+
+ATTACKER = "192.0.2.10"
+
+
+def login_attempt(password, *, username="admin", address=ATTACKER):
+    """One post of the login form from `address`, by a fresh browser."""
+    return Client(REMOTE_ADDR=address).post(
+        "/admin/login/",
+        {"username": username, "password": password, "next": "/admin/"},
+    )
+
+
+def lock_out_admin():
+    """Five wrong passwords for "admin" from ATTACKER: the fifth is locked out."""
+    User.objects.create_superuser("admin", "admin@example.com", "s3cret-pass")
+    for _ in range(4):
+        response = login_attempt("wrong-guess")
+        assert response.status_code == 200
+        assert b"Please enter the correct username and password" in response.content
+    response = login_attempt("wrong-guess")
+    assert response.status_code == 429
+    return response
+
+
+def test_login_is_locked_after_five_failures_even_for_the_right_password():
+    locked = lock_out_admin()
+    assert (
+        b'Too many failed logins for "admin" from your address: logins for this user '
+        b"from here are refused for 15 min, even with the right password."
+    ) in locked.content
+    assert b"axes_reset_username admin" in locked.content
+    right = login_attempt("s3cret-pass")
+    assert right.status_code == 429
+    assert "_auth_user_id" not in right.client.session
+    # The lock holds one username from one address, not the user everywhere, nor
+    # every user of that address.
+    User.objects.create_superuser("ops", "ops@example.com", "other-pass-42")
+    assert login_attempt("s3cret-pass", address="192.0.2.11").status_code == 302
+    assert login_attempt("other-pass-42", username="ops").status_code == 302
+
+
+def test_axes_reset_username_unlocks_at_once():
+    lock_out_admin()
+    out = io.StringIO()
+    call_command("axes_reset_username", "admin", stdout=out)
+    assert "1 attempts removed" in out.getvalue()
+    assert login_attempt("s3cret-pass").status_code == 302
+
+
+def test_a_lockout_ends_after_the_cooloff(settings):
+    settings.AXES_COOLOFF_TIME = timedelta(seconds=1)
+    lock_out_admin()
+    assert login_attempt("s3cret-pass").status_code == 429
+    time.sleep(1.2)
+    assert login_attempt("s3cret-pass").status_code == 302
 
 
 def test_keynode_list_and_search(admin_client):
@@ -139,7 +198,7 @@ def test_viewer_group_can_browse_but_not_edit(client):
     viewer = User.objects.create_user("viewer", password="s3cret-pass", is_staff=True)
     viewer.groups.add(Group.objects.get(name="ks-scheduler viewers"))
     row = KeyNode.objects.create(key="jenkins", node="worker-1", count=3)
-    client.login(username="viewer", password="s3cret-pass")
+    log_in(client, "viewer", "s3cret-pass")
     assert client.get("/admin/history/keynode/").status_code == 200
     client.post(f"/admin/history/keynode/{row.pk}/change/", {"count": "99"})
     row.refresh_from_db()
@@ -513,7 +572,7 @@ def test_anonymous_users_are_sent_to_login(client, url):
 
 def test_staff_without_history_permission_cannot_open_pipeline(client):
     User.objects.create_user("staff", password="s3cret-pass", is_staff=True)
-    client.login(username="staff", password="s3cret-pass")
+    log_in(client, "staff", "s3cret-pass")
     assert client.get("/admin/pipeline/?q=maven").status_code == 403
 
 
@@ -739,5 +798,5 @@ def test_superuser_bootstrap_from_environment(client, monkeypatch):
     call_command("createsuperuser", interactive=False, stdout=io.StringIO())
     user = User.objects.get(username="ops")
     assert user.is_superuser and user.email == "ops@example.com"
-    assert client.login(username="ops", password="a-long-pass-phrase-42")
+    log_in(client, "ops", "a-long-pass-phrase-42")
     assert client.get("/admin/").status_code == 200
