@@ -51,7 +51,7 @@ def run_write(write: Callable[[], T], *, wait: float, using: str = "default") ->
             return write()
     started = time.monotonic()
     deadline = started + wait
-    configured = float(connection.settings_dict.get("OPTIONS", {}).get("timeout", 5))
+    configured = configured_busy_timeout(using=using)
     attempts = 0
     while True:
         attempts += 1
@@ -75,12 +75,19 @@ def run_write(write: Callable[[], T], *, wait: float, using: str = "default") ->
             time.sleep(RETRY_PAUSE)
 
 
+def configured_busy_timeout(*, using: str = "default") -> float:
+    """Seconds SQLite waits for a lock on this connection (KSSCHED_SQLITE_TIMEOUT;
+    Python's sqlite3 waits 5 s when none is set)."""
+    options = connections[using].settings_dict.get("OPTIONS", {})
+    return float(options.get("timeout", 5.0))
+
+
 @contextmanager
 def busy_timeout(seconds: float, *, using: str = "default"):
     """Make SQLite wait at most `seconds` for a lock inside the block, then restore
     the connection's configured busy timeout."""
     connection = connections[using]
-    configured = float(connection.settings_dict.get("OPTIONS", {}).get("timeout", 5))
+    configured = configured_busy_timeout(using=using)
     connection.ensure_connection()
     with connection.cursor() as cursor:
         cursor.execute(f"PRAGMA busy_timeout = {max(int(seconds * 1000), 1)}")
