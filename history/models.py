@@ -6,7 +6,16 @@ same transaction. CountAdjustment records every change that did not come from a
 placement (admin edits, resets, pruning), so `audit_counts` can tell drift from intent.
 """
 
+from django.core.validators import MaxValueValidator
 from django.db import models
+
+# The largest count a person may write (admin forms, list edits). A billion pods of
+# one key on one node is beyond any real cluster, and it leaves the watcher's later
+# increments (+1 per pod) about 9 * 10**18 below the 64-bit integer limit of both
+# databases: PostgreSQL's bigint raises "out of range" past 2**63 - 1, and SQLite
+# silently turns the value into an inexact float. Counts above 999 999 already
+# score like 999 999 (see history.services), so nothing is lost.
+MAX_COUNT = 10**9
 
 
 class KeyNode(models.Model):
@@ -18,7 +27,19 @@ class KeyNode(models.Model):
 
     key = models.CharField(max_length=253)
     node = models.CharField(max_length=253)
-    count = models.PositiveBigIntegerField(default=0)
+    count = models.PositiveBigIntegerField(
+        default=0,
+        validators=[
+            MaxValueValidator(
+                MAX_COUNT,
+                message=(
+                    "Ensure this value is less than or equal to %(limit_value)s: "
+                    "larger counts score no higher and could overflow the database "
+                    "when later placements are added."
+                ),
+            )
+        ],
+    )
     last_placed_at = models.DateTimeField(null=True, blank=True)
     # Recency state kept on write: the sum over placements of 0.5 ** (age / half-life),
     # valued at `decayed_at` (Unix seconds). See `history.recency.decayed_weight`.

@@ -1,6 +1,6 @@
 """The PostgreSQL worker's cache: it follows a change log read against snapshots.
 
-Triggers (migration 0004) log every change to the tables scoring reads, in the
+Triggers (migration 0005) log every change to the tables scoring reads, in the
 writing transaction, with that transaction's id: a KeyNode row change logs its
 (key, node), a statement on the ledger, the policies or the node records logs one
 "other" row, a TRUNCATE logs "start over". Whatever writes (the admin, the

@@ -1,6 +1,6 @@
 """Template tags for the admin: the history overview on the admin index."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django import template
 from django.conf import settings
@@ -115,3 +115,17 @@ def age(seconds: int | None) -> str:
         if seconds >= size:
             return f"{seconds // size} {unit} ago"
     return f"{seconds} s ago"
+
+
+@register.filter
+def duration(span: timedelta | None) -> str:
+    """timedelta(minutes=15) → "15 min", timedelta(hours=2) → "2 h"; None → ""."""
+    if span is None:
+        return ""
+    seconds = int(span.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds} s"

@@ -109,6 +109,6 @@ def backward(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("history", "0003_scoring")]
+    dependencies = [("history", "0004_keynode_count_max")]
 
     operations = [migrations.RunPython(forward, backward)]
