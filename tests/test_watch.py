@@ -1,6 +1,7 @@
-"""The watcher's step methods against the fake API server over real HTTP.
+"""The watcher's list/watch loop, pod and node handlers and lease against the fake
+API server over real HTTP.
 
-The unmodified `kubernetes` client talks to tests/fakeapi.py; every test checks the
+The unmodified `kubernetes` client talks to tests/fakeapi/; every test checks the
 exact counts and that `audit_counts` finds no drift. Process-level behaviour
 (signals, restarts, two watchers, locks) is in test_watch_process.py.
 """
@@ -13,13 +14,19 @@ import time
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import override_settings
 
-from history import audit, kube, metrics, watching
-from history.heartbeat import heartbeat_age
+from history import audit
 from history.models import KeyNode, NodeRecord, Placement, WatchState
-from history.watcher import state
+from history.watcher import kube, metrics, state
+from history.watcher.heartbeat import Heartbeat, heartbeat_age
+from history.watcher.lease import LeaderElector
+from history.watcher.loop import Stream
+from history.watcher.nodes import NodeHandler
+from history.watcher.options import Backoff, Options
+from history.watcher.pods import PodHandler
+from history.watcher.process import Watcher
 from tests.fakeapi import (
     ClusterWatch,
     FakeApiServer,
@@ -65,12 +72,13 @@ def options(**overrides):
         backoff_reset=5,
     )
     values.update(overrides)
-    return watching.Options(**values)
+    return Options(**values)
 
 
 def pod_stream(api, tmp_path=None, **overrides):
-    heartbeat = watching.Heartbeat(tmp_path / "hb" if tmp_path else None)
-    return watching.PodStream(api, options=options(**overrides), heartbeat=heartbeat)
+    heartbeat = Heartbeat(tmp_path / "hb" if tmp_path else None)
+    opts = options(**overrides)
+    return Stream(api, PodHandler(opts), options=opts, heartbeat=heartbeat)
 
 
 def counts():
@@ -117,7 +125,9 @@ def run_until(stream, predicate, timeout=10.0):
 
 
 def test_duplicates_out_of_order_replays_and_noise_count_each_uid_once(api, server):
-    """T15-T18, T20, T22: one count per bound pipeline pod UID, whatever the order."""
+    """Duplicates, replays of older states, other schedulers, unlabelled pods,
+    a name reused by a new UID and a pod seen only at deletion: one count per bound
+    pipeline pod UID, whatever the order."""
     api_server_events = [
         event("ADDED", make_pod("b", uid="u-b", label="jenkins-java", rv="3")),
         event("MODIFIED", bound("b", "n1", uid="u-b", label="jenkins-java", rv="4")),
@@ -174,7 +184,7 @@ def test_duplicates_out_of_order_replays_and_noise_count_each_uid_once(api, serv
 
 
 def test_label_edited_after_binding_changes_nothing(api, server):
-    """T19: the key is frozen at first observation; label removal is not an end."""
+    """The key is frozen at first observation; removing the label is not an end."""
     server.script(
         ListAction([], "1"),
         WatchAction(
@@ -195,7 +205,7 @@ def test_label_edited_after_binding_changes_nothing(api, server):
 
 
 def test_unreadable_and_unknown_events_are_logged_and_skipped(api, server, caplog):
-    """T15/T16: invalid JSON, an unknown type, an object without metadata."""
+    """Invalid JSON, an unknown type, an object without metadata, a blank line."""
     server.script(
         ListAction([], "1"),
         RawAction(
@@ -210,7 +220,7 @@ def test_unreadable_and_unknown_events_are_logged_and_skipped(api, server, caplo
     )
     stream = pod_stream(api)
     stream.start()
-    with caplog.at_level(logging.WARNING, logger="history.watching"):
+    with caplog.at_level(logging.WARNING, logger="history.watcher"):
         assert stream.watch_once()
     assert counts() == {("pipeline1", "n1"): 1}
     text = caplog.text
@@ -238,14 +248,13 @@ def test_count_when_running_waits_for_the_running_phase(api, server):
     stream.start()
     after_pending = None
 
-    def spy(type_, obj, original=stream.apply):
+    def spy(raw, original=stream.handle):
         nonlocal after_pending
-        result = original(type_, obj)
-        if obj["metadata"]["resourceVersion"] == "2":
+        original(raw)
+        if raw["object"]["metadata"]["resourceVersion"] == "2":
             after_pending = Placement.objects.count()
-        return result
 
-    stream.apply = spy
+    stream.handle = spy
     assert stream.watch_once()
     assert after_pending == 0
     assert counts() == {("pipeline1", "n1"): 1}
@@ -253,11 +262,44 @@ def test_count_when_running_waits_for_the_running_phase(api, server):
     assert_no_drift()
 
 
+def test_a_rolled_back_attempt_is_not_counted_in_the_metrics(api, server):
+    """A database error after the placement was written rolls the attempt back; the
+    retry records it again, and the placement metric counts it once."""
+    server.script(
+        ListAction([], "1"),
+        WatchAction([event("ADDED", bound("p", "n1", uid="u-p", rv="2"))]),
+    )
+    stream = pod_stream(api)
+    stream.start()
+    stream.relist()
+    failed = []
+
+    def fail_first_checkpoint(execute, sql, params, many, context):
+        # The checkpoint is saved after the placement, in the same transaction.
+        if not failed and sql.startswith('UPDATE "history_watchstate"'):
+            if params and "2" in params:
+                failed.append(sql)
+                raise OperationalError("database is locked")
+        return execute(sql, params, many, context)
+
+    recorded = metrics.PLACEMENTS_RECORDED._value.get()
+    retries = metrics.DB_RETRIES._value.get()
+    with connection.execute_wrapper(fail_first_checkpoint):
+        assert stream.watch_once()
+    assert failed
+    assert metrics.DB_RETRIES._value.get() == retries + 1
+    assert metrics.PLACEMENTS_RECORDED._value.get() == recorded + 1
+    assert counts() == {("pipeline1", "n1"): 1}
+    assert WatchState.objects.get(name="pods").resource_version == "2"
+    assert_no_drift()
+
+
 # --------------------------------------------------------------------------- faults
 
 
 def test_410_then_relist_and_resume_after_compaction(api, server):
-    """T12/T27b: an ERROR 410 event relists; a compacted checkpoint relists too."""
+    """An ERROR 410 event relists; a checkpoint the server compacted away relists
+    too, after a restart."""
     server.add_pods([make_pod(f"p{i}", label="a-b") for i in range(3)])
     server.bind_pod("p0", "n1")
     stream = pod_stream(api)
@@ -286,7 +328,8 @@ def test_410_then_relist_and_resume_after_compaction(api, server):
 
 
 def test_dropped_and_truncated_streams_resume_from_the_same_rv(api, server):
-    """T7/T8: no relist; the next watch starts at the last committed event."""
+    """A dropped or truncated stream needs no relist: the next watch starts at the
+    last committed event."""
     server.add_pods([make_pod(f"p{i}", label="k") for i in range(6)])
     stream = pod_stream(api)
     stream.start()
@@ -312,7 +355,7 @@ def test_dropped_and_truncated_streams_resume_from_the_same_rv(api, server):
 
 
 def test_silent_server_past_the_read_timeout_reconnects(api, server):
-    """T5: a stream that says nothing is abandoned after the read timeout."""
+    """A stream that says nothing is abandoned after the read timeout."""
     server.add_pod(make_pod("p", label="k"))
     stream = pod_stream(api)
     stream.start()
@@ -329,7 +372,7 @@ def test_silent_server_past_the_read_timeout_reconnects(api, server):
 
 
 def test_persistent_500_is_retried_at_a_bounded_rate(api, server):
-    """T14: every failure backs off; the request rate stays bounded."""
+    """Every failure backs off; the request rate stays bounded."""
     server.inject(StatusAction(500), times=10_000, verb="watch")
     stream = pod_stream(api, backoff_base=0.2, backoff_cap=0.4)
     stream.start()
@@ -357,7 +400,7 @@ def test_heartbeat_moves_on_events_and_backoff(api, server, tmp_path):
 def test_node_stream_notices_a_replaced_node(api, server):
     server.add_node(make_node("n1", uid="uid-1"))
     server.add_node(make_node("n2", uid="uid-2"))
-    nodes = watching.NodeStream(api, options=options())
+    nodes = Stream(api, NodeHandler(), options=options())
     nodes.start()
     nodes.relist()
     server.replace_node("n1")
@@ -381,8 +424,8 @@ def test_record_node_seen_outcomes():
 
 
 def test_lease_acquire_renew_release_and_conflict(api, server):
-    first = watching.LeaderElector(api, "lease", NS, "a", duration=2)
-    second = watching.LeaderElector(api, "lease", NS, "b", duration=2)
+    first = LeaderElector(api, "lease", NS, "a", duration=2)
+    second = LeaderElector(api, "lease", NS, "b", duration=2)
     assert first.try_acquire()
     assert not second.try_acquire()
     assert first.try_acquire()  # renew
@@ -397,7 +440,7 @@ def test_lease_acquire_renew_release_and_conflict(api, server):
 
 def test_an_expired_lease_is_taken_over(api, server):
     server.add("leases", make_lease("lease", holder="gone", duration=1))
-    elector = watching.LeaderElector(api, "lease", NS, "me", duration=2)
+    elector = LeaderElector(api, "lease", NS, "me", duration=2)
     assert not elector.try_acquire()
     time.sleep(1.2)
     assert elector.try_acquire()
@@ -409,7 +452,7 @@ def test_an_expired_lease_is_taken_over(api, server):
 
 def test_backoff_grows_is_capped_and_resets():
     now = [0.0]
-    backoff = watching.Backoff(
+    backoff = Backoff(
         base=0.8, cap=30, reset=120, rng=lambda: 0.5, clock=lambda: now[0]
     )
     delays = [backoff.next_delay() for _ in range(8)]
@@ -477,19 +520,19 @@ def test_watch_pods_command_end_to_end_with_max_events(server, tmp_path):
 def test_a_leader_that_loses_its_lease_stops_watching_and_stands_by(
     api, server, tmp_path, caplog
 ):
-    """T36: renewal fails past the deadline: the watch stops, the replica waits."""
-    elector = watching.LeaderElector(
+    """Renewal fails past the deadline: the watch stops and the replica waits."""
+    elector = LeaderElector(
         api, "lease", NS, "me", duration=2, renew_deadline=0.6, retry_period=0.2
     )
-    watcher = watching.Watcher(
+    watcher = Watcher(
         api,
         options=options(),
-        heartbeat=watching.Heartbeat(tmp_path / "hb"),
+        heartbeat=Heartbeat(tmp_path / "hb"),
         watch_nodes=False,
         elector=elector,
     )
     thread = threading.Thread(target=_run_and_close, args=(watcher,), daemon=True)
-    with caplog.at_level(logging.INFO, logger="history.watching"):
+    with caplog.at_level(logging.INFO, logger="history.watcher"):
         thread.start()
         assert _wait(lambda: server.watch_requests("pods"))
         assert WatchState.objects.get(name="pods").holder == "me"

@@ -11,6 +11,10 @@ from django.utils import timezone
 
 from history.models import NodeRecord, WatchState
 
+# The WatchState rows, one per stream.
+PODS = "pods"
+NODES = "nodes"
+
 
 def save_watch_state(
     *,

@@ -11,7 +11,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from history.heartbeat import default_max_age, heartbeat_age
+from history.watcher.heartbeat import default_max_age, heartbeat_age
 
 
 class Command(BaseCommand):

@@ -26,16 +26,12 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from history.exceptions import KubeConfigError
+
 logger = logging.getLogger(__name__)
 
 GONE = "gone"
 RETRY = "retry"
-
-RESOURCES = ("pods", "nodes")
-
-
-class KubeConfigError(Exception):
-    """No usable cluster configuration (not in a cluster, no kubeconfig)."""
 
 
 @dataclass(frozen=True)
