@@ -11,6 +11,7 @@ import logging
 import signal
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from django.core.management import call_command
@@ -292,6 +293,128 @@ def test_a_rolled_back_attempt_is_not_counted_in_the_metrics(api, server):
     assert counts() == {("pipeline1", "n1"): 1}
     assert WatchState.objects.get(name="pods").resource_version == "2"
     assert_no_drift()
+
+
+@contextmanager
+def unwritable_pod(uid, label, node):
+    """Make the placement of pod `uid` fail with a data error on every attempt.
+
+    PostgreSQL: the count of (label, node) is at the bigint maximum (an admin edit),
+    so the next increment is out of range. SQLite has no such limit (it turns to a
+    float), so a trigger rejects the ledger row instead.
+    """
+    if connection.vendor == "postgresql":
+        KeyNode.objects.create(key=label, node=node, count=2**63 - 1)
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TRIGGER reject_pod BEFORE INSERT ON history_placement "
+            f"WHEN NEW.pod_uid = '{uid}' BEGIN SELECT RAISE(ABORT, 'rejected'); END"
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER IF EXISTS reject_pod")
+
+
+def test_an_event_that_can_never_be_written_is_skipped_and_reported(
+    api, server, caplog
+):
+    """A data error on every attempt: the event is logged, counted and recorded as
+    skipped after a few attempts, and the pods after it are counted."""
+    server.script(
+        ListAction([], "1"),
+        WatchAction(
+            [
+                event("ADDED", bound("bad", "n9", uid="u-bad", label="max", rv="2")),
+                event("ADDED", bound("ok", "n1", uid="u-ok", label="fine", rv="3")),
+            ]
+        ),
+    )
+    stream = pod_stream(api)
+    stream.start()
+    skipped = metrics.EVENTS_SKIPPED.labels("pods")._value.get()
+    with (
+        unwritable_pod("u-bad", "max", "n9"),
+        caplog.at_level(logging.WARNING, logger="history.watcher"),
+    ):
+        assert run_until(stream, lambda: Placement.objects.count() == 1)
+    assert list(Placement.objects.values_list("pod_uid", flat=True)) == ["u-ok"]
+    watch_state = WatchState.objects.get(name="pods")
+    assert watch_state.resource_version == "3"
+    assert watch_state.skipped_events == 1
+    assert "u-bad" in watch_state.last_skipped
+    assert "rv=2" in watch_state.last_skipped
+    assert watch_state.last_skipped_at is not None
+    assert metrics.EVENTS_SKIPPED.labels("pods")._value.get() == skipped + 1
+    if connection.vendor == "postgresql":
+        assert "DataError: bigint out of range" in watch_state.last_skipped
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert "u-bad" in errors[0].getMessage()
+    assert "ks-pipelines/bad" in errors[0].getMessage()
+    assert_no_drift()
+
+
+def test_watcher_health_shows_skipped_events(tmp_path):
+    heartbeat = tmp_path / "hb"
+    heartbeat.touch()
+    out = io.StringIO()
+    call_command("watcher_health", path=str(heartbeat), stdout=out)
+    assert "skipped" not in out.getvalue()
+    WatchState.objects.create(
+        name="pods", skipped_events=3, last_skipped="ADDED pods ci/p uid=u-1 rv=7: x"
+    )
+    out = io.StringIO()
+    call_command("watcher_health", path=str(heartbeat), stdout=out)
+    assert out.getvalue().startswith("ok: heartbeat")
+    assert "pods: 3 events skipped, last: ADDED pods ci/p uid=u-1 rv=7: x" in (
+        out.getvalue()
+    )
+
+
+def test_a_listed_pod_that_cannot_be_written_is_skipped_alone(api, server):
+    """A data error in a list batch: the other pods of the batch are still counted."""
+    server.add_pods(
+        [
+            bound("a", "n1", uid="u-a", label="fine"),
+            bound("bad", "n9", uid="u-bad", label="max"),
+            bound("c", "n2", uid="u-c", label="fine"),
+        ]
+    )
+    server.inject(ClusterWatch(max_events=0, end="close"))
+    stream = pod_stream(api)
+    stream.start()
+    with unwritable_pod("u-bad", "max", "n9"):
+        assert run_until(stream, lambda: Placement.objects.count() == 2)
+    assert set(Placement.objects.values_list("pod_uid", flat=True)) == {"u-a", "u-c"}
+    assert WatchState.objects.get(name="pods").skipped_events == 1
+
+
+def test_a_locked_database_is_retried_until_it_answers(api, server):
+    """Transient errors are never skipped, however many attempts they take."""
+    server.script(
+        ListAction([], "1"),
+        WatchAction([event("ADDED", bound("p", "n1", uid="u-p", rv="2"))]),
+    )
+    stream = pod_stream(api)
+    stream.start()
+    stream.relist()
+    failures = []
+
+    def locked_five_times(execute, sql, params, many, context):
+        if len(failures) < 5 and sql.startswith('INSERT INTO "history_placement"'):
+            failures.append(sql)
+            raise OperationalError("database is locked")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(locked_five_times):
+        assert stream.watch_once()
+    assert len(failures) == 5
+    assert counts() == {("pipeline1", "n1"): 1}
+    assert WatchState.objects.get(name="pods").skipped_events == 0
 
 
 # --------------------------------------------------------------------------- faults

@@ -13,11 +13,14 @@ A `Stream` runs the loop for one resource:
    version"): list again. Any other fault: exponential backoff with jitter, then
    watch again from the same resourceVersion.
 
-A database error retries the same work after a backoff; events are never skipped.
+Database errors: a transient one (locked, connection lost) retries the same work
+after a backoff, for as long as it takes. A data error (the same statement fails
+every time, e.g. a count out of range) is retried a few times; then that one event
+is skipped: logged at ERROR, counted, recorded in WatchState, and the watch goes on.
 
-The handler (`Handler`) is composed in, not inherited from: it gives the selectors,
-turns one object into a decision, writes decisions inside the loop's transaction and
-returns what happened, and is told each step once it has committed.
+The handler (`handler.Handler`) is composed in, not inherited from: it gives the
+selectors, turns one object into a decision, writes decisions inside the loop's
+transaction and returns what happened, and is told each step once it has committed.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from django.db import (
     DatabaseError,
+    DataError,
+    IntegrityError,
     InterfaceError,
     ProgrammingError,
     close_old_connections,
@@ -41,6 +45,7 @@ from django.db import (
 
 from history.exceptions import WatcherFatalError
 from history.watcher import kube, metrics, state
+from history.watcher.handler import INVALID, LISTED, RECEIVED, RELISTING, Handler, Step
 from history.watcher.heartbeat import Heartbeat
 from history.watcher.options import Backoff, Options
 
@@ -48,48 +53,8 @@ logger = logging.getLogger(__name__)
 
 LIST_BATCH = 200
 SHORT_WATCH_SECONDS = 1.0
-
-# Step kinds besides the watch event types (ADDED, MODIFIED, DELETED, BOOKMARK).
-RECEIVED = "RECEIVED"  # a raw event arrived (before anything is written)
-RELISTING = "RELISTING"  # a full list starts
-LISTED = "LISTED"  # a batch of listed objects committed
-INVALID = "INVALID"  # an unreadable event was skipped
-
-
-@dataclass(frozen=True)
-class Selectors:
-    """Which objects a stream lists and watches."""
-
-    namespace: str | None = None
-    label_selector: str = ""
-    field_selector: str = ""
-
-
-@dataclass(frozen=True)
-class Step:
-    """Something the stream did: `number` objects of `kind`, and what writing did."""
-
-    kind: str
-    number: int = 1
-    outcomes: Sequence[Any] = ()
-
-
-class Handler(Protocol):
-    """What one watched resource means to ks-scheduler."""
-
-    name: str  # the stream's name in logs and its WatchState row
-    resource: str  # "pods" or "nodes"
-    selectors: Selectors
-    keeps_checkpoint: bool  # resume from the saved resourceVersion (else relist)
-
-    def decide(self, type_: str, obj: dict[str, Any]) -> Any | None:
-        """What one object means; None when nothing needs writing."""
-
-    def write(self, decisions: list[Any]) -> list[Any]:
-        """Apply decisions inside the caller's transaction; one outcome each."""
-
-    def observe(self, step: Step) -> None:
-        """Told each step once it has committed (metrics, in-memory caches)."""
+# A data error is retried this many times before its event is skipped.
+DATA_ERROR_ATTEMPTS = 3
 
 
 class Interrupted(Exception):
@@ -100,6 +65,14 @@ class _StreamFailure(Exception):
     def __init__(self, failure: kube.Failure) -> None:
         super().__init__(failure.detail)
         self.failure = failure
+
+
+class _Unwritable(Exception):
+    """The same work failed with a data error every time it was tried."""
+
+    def __init__(self, error: DatabaseError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class Stream:
@@ -185,7 +158,8 @@ class Stream:
         """Handle one raw watch event; raises _StreamFailure for ERROR events.
 
         A malformed event (unreadable JSON, no object, unknown type) is logged with
-        its context and skipped. Database errors are retried, never skipped.
+        its context and skipped; so is an event that cannot be written (see
+        `_transaction`).
         """
         self.heartbeat.beat()
         self.handler.observe(Step(RECEIVED))
@@ -240,8 +214,12 @@ class Stream:
             self._save(resource_version, 1)
             return outcomes
 
-        outcomes = self._transaction(work)
-        self.handler.observe(Step(type_, 1, outcomes))
+        try:
+            outcomes = self._transaction(work, bounded=True)
+        except _Unwritable as exc:
+            self._skip(type_, metadata, resource_version, exc.error)
+        else:
+            self.handler.observe(Step(type_, 1, outcomes))
         self.last_progress = time.monotonic()
         if resource_version:
             self.resource_version = resource_version
@@ -342,18 +320,28 @@ class Stream:
     # ---- writing
 
     def _write_batch(self, objects: list[dict[str, Any]]) -> None:
-        """Write listed objects in one transaction."""
-        decisions = [self.handler.decide("LISTED", obj) for obj in objects]
-        outcomes = self._transaction(
-            lambda: self.handler.write([d for d in decisions if d is not None])
-        )
-        self.handler.observe(Step(LISTED, len(objects), outcomes))
+        """Write listed objects in one transaction; one by one if that cannot be."""
+        decisions = [self.handler.decide(LISTED, obj) for obj in objects]
+        try:
+            outcomes = self._transaction(
+                lambda: self.handler.write([d for d in decisions if d is not None]),
+                bounded=True,
+            )
+        except _Unwritable as exc:
+            if len(objects) > 1:
+                for obj in objects:
+                    self._write_batch([obj])
+                return
+            self._skip(LISTED, objects[0].get("metadata") or {}, "", exc.error)
+        else:
+            self.handler.observe(Step(LISTED, len(objects), outcomes))
         self._count_processed(len(objects))
 
-    def _save(self, resource_version: str, events: int, relisted=False) -> None:
+    def _save(self, resource_version: str, events: int, relisted=False, skipped=""):
         """Save progress (inside the caller's transaction).
 
-        Streams without a checkpoint keep only the health fields of a relist.
+        Streams without a checkpoint keep only the health fields, and only for a
+        relist or a skipped event.
         """
         if self.handler.keeps_checkpoint:
             state.save_watch_state(
@@ -361,39 +349,75 @@ class Stream:
                 resource_version=resource_version,
                 events=events,
                 relisted=relisted,
+                skipped=skipped,
             )
-        elif relisted:
+        elif relisted or skipped:
             state.save_watch_state(
-                name=self.name, resource_version=resource_version, relisted=True
+                name=self.name,
+                resource_version=resource_version if relisted else None,
+                relisted=relisted,
+                skipped=skipped,
             )
 
-    def _transaction(self, work: Callable[[], Any]) -> Any:
+    def _skip(
+        self,
+        type_: str,
+        metadata: dict[str, Any],
+        resource_version: str,
+        error: DatabaseError,
+    ) -> None:
+        """Give up on one event that cannot be written; the watch goes on."""
+        what = (
+            f"{type_} {self.handler.resource} "
+            f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''} "
+            f"uid={metadata.get('uid') or '-'} "
+            f"rv={resource_version or metadata.get('resourceVersion') or '-'}: "
+            f"{type(error).__name__}: {_first_line(error)}"
+        )
+        logger.error(
+            "Skipping a %s event that cannot be written after %d attempts: %s",
+            self.name,
+            DATA_ERROR_ATTEMPTS,
+            what,
+        )
+        metrics.EVENTS_SKIPPED.labels(self.name).inc()
+        events = 0 if type_ == LISTED else 1
+        self._transaction(lambda: self._save(resource_version, events, skipped=what))
+        self.handler.observe(Step(type_))
+
+    def _transaction(self, work: Callable[[], Any], *, bounded: bool = False) -> Any:
         """Run `work` in one transaction; return its result once it has committed.
 
         Only the committed attempt's result comes back, so nothing a rolled-back
-        attempt did is counted. Database errors are retried after a backoff.
+        attempt did is counted. Transient database errors are retried for as long as
+        it takes; with `bounded`, a data error (DataError, IntegrityError) is retried
+        DATA_ERROR_ATTEMPTS times in all, then raised as _Unwritable.
         """
         delay = self.options.backoff_base
+        attempts = 0
         while True:
             close_old_connections()
+            attempts += 1
             try:
                 with transaction.atomic():
                     return work()
             except (ProgrammingError, WatcherFatalError) as exc:
                 raise WatcherFatalError(f"database schema problem: {exc}") from exc
+            except (DataError, IntegrityError) as exc:
+                if bounded and attempts >= DATA_ERROR_ATTEMPTS:
+                    raise _Unwritable(exc) from exc
+                error: Exception = exc
             except (DatabaseError, InterfaceError) as exc:
                 if "no such table" in str(exc):
                     raise WatcherFatalError(f"database schema problem: {exc}") from exc
-                metrics.DB_RETRIES.inc()
-                logger.warning(
-                    "Database error on %s (%s); retrying in %.1f s",
-                    self.name,
-                    exc,
-                    delay,
-                )
-                connection.close()
-                self.sleep(delay)
-                delay = min(self.options.backoff_cap, delay * 2)
+                error = exc
+            metrics.DB_RETRIES.inc()
+            logger.warning(
+                "Database error on %s (%s); retrying in %.1f s", self.name, error, delay
+            )
+            connection.close()
+            self.sleep(delay)
+            delay = min(self.options.backoff_cap, delay * 2)
 
     # ---- internals
 
@@ -432,3 +456,7 @@ class Stream:
             self.resource_version,
         )
         return False
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [""])[0]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from history.watcher import state
-from history.watcher.loop import Selectors, Step
+from history.watcher.handler import Selectors, Step
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from history import labels, ledger
 from history.watcher import kube, metrics
-from history.watcher.loop import RECEIVED, RELISTING, Selectors, Step
+from history.watcher.handler import RECEIVED, RELISTING, Selectors, Step
 from history.watcher.options import Options
 from history.watcher.state import PODS
 
