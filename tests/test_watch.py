@@ -14,6 +14,7 @@ import time
 from contextlib import contextmanager
 
 import pytest
+import urllib3
 from django.core.management import call_command
 from django.db import OperationalError, connection
 from django.test import override_settings
@@ -44,6 +45,7 @@ from tests.fakeapi import (
     make_node,
     make_pod,
 )
+from tests.helpers import free_port
 from tests.soak_watch import write_kubeconfig
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -494,6 +496,29 @@ def test_silent_server_past_the_read_timeout_reconnects(api, server):
     assert_no_drift()
 
 
+def test_an_unreachable_server_logs_one_short_line_per_attempt(tmp_path, caplog):
+    """No client-side retries behind the loop's back, no second line for the
+    backoff: one short WARNING per connection attempt."""
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    client = kube.api_client(kubeconfig=str(write_kubeconfig(tmp_path, url)))
+    stream = pod_stream(kube.KubeApi(client, connect_timeout=1, read_timeout=1.0))
+    stream.needs_list = True
+    attempts = metrics.RECONNECTS.labels("unreachable")
+    before = attempts._value.get()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        run_until(stream, lambda: attempts._value.get() >= before + 3)
+    tried = attempts._value.get() - before
+    assert tried >= 3
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert [r.name for r in lines] == ["history.watcher.loop"] * int(tried)
+    for line in lines:
+        message = line.getMessage()
+        assert message.startswith("The pods watch failed (unreachable): ")
+        assert message.endswith("Connection refused; listing again")
+        assert len(message) < 200, message
+
+
 def test_persistent_500_is_retried_at_a_bounded_rate(api, server):
     """Every failure backs off; the request rate stays bounded."""
     server.inject(StatusAction(500), times=10_000, verb="watch")
@@ -593,6 +618,14 @@ def test_classify_sorts_client_errors():
     assert kube.classify(too_large).action == kube.GONE
     assert kube.classify(ApiException(status=429)).reason == "429"
     assert kube.classify(ValueError("x")) is None
+    pool = urllib3.HTTPConnectionPool("api.example", 6443)
+    url = "/api/v1/pods?labelSelector=ks-pipeline&limit=500"
+    refused = urllib3.exceptions.NewConnectionError(pool, "Connection refused")
+    failure = kube.classify(urllib3.exceptions.MaxRetryError(pool, url, refused))
+    assert (failure.reason, failure.detail) == ("unreachable", str(refused))
+    slow = urllib3.exceptions.ReadTimeoutError(pool, url, "Read timed out.")
+    failure = kube.classify(urllib3.exceptions.MaxRetryError(pool, url, slow))
+    assert failure.reason == "read_timeout"
 
 
 # --------------------------------------------------------------------------- command

@@ -76,6 +76,9 @@ def api_client(
 def _finish(configuration: client.Configuration) -> client.ApiClient:
     # TCP keepalive finds dead peers even between reads (kubernetes >= 37).
     configuration.keep_alive = True
+    # No quick retries inside urllib3 (three by default, each logging a WARNING):
+    # the watch loop backs off and retries, and logs each failed attempt once.
+    configuration.retries = 0
     return client.ApiClient(configuration)
 
 
@@ -251,7 +254,12 @@ def classify(exc: BaseException) -> Failure | None:
     if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
         return Failure(RETRY, "read_timeout", str(exc))
     if isinstance(exc, urllib3.exceptions.MaxRetryError):
-        return Failure(RETRY, "unreachable", str(exc))
+        # The request failed on its first try (no client retries); say why, not
+        # the whole URL with its query.
+        reason = exc.reason or exc
+        if isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+            return Failure(RETRY, "read_timeout", str(reason))
+        return Failure(RETRY, "unreachable", str(reason))
     if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
         return Failure(RETRY, "dropped", str(exc))
     if isinstance(exc, OSError):

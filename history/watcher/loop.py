@@ -300,7 +300,10 @@ class Stream:
             if self.watch_once():
                 continue
             delay = self.backoff.next_delay()
-            logger.info("Backing off %.1f s before watching %s again", delay, self.name)
+            # The fault itself was logged once, at WARNING (one line per attempt).
+            logger.debug(
+                "Backing off %.1f s before watching %s again", delay, self.name
+            )
             try:
                 self.sleep(delay)
             except Interrupted:
@@ -449,11 +452,13 @@ class Stream:
             return delivered > 0
         log = logger.error if failure.reason in ("401", "403") else logger.warning
         log(
-            "The %s watch failed (%s): %s; watching again from %s",
+            "The %s watch failed (%s): %s; %s",
             self.name,
             failure.reason,
             failure.detail[:300],
-            self.resource_version,
+            "listing again"
+            if self.needs_list
+            else f"watching again from {self.resource_version}",
         )
         return False
 
