@@ -673,6 +673,43 @@ def test_watch_pods_command_end_to_end_with_max_events(server, tmp_path):
     assert "no drift" in out.getvalue()
 
 
+def test_watch_pods_once_returns_after_the_list_and_the_queued_events(server, tmp_path):
+    """--once does not wait for the server's watch timeout (here 30-40 s)."""
+    server.add_pods([make_pod(f"p{i}", label="once") for i in range(2)])
+    server.bind_pod("p0", "n1")
+    kubeconfig = str(write_kubeconfig(tmp_path, server.url))
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    took = []
+    try:
+        with override_settings(
+            KSSCHED_HEARTBEAT_PATH=str(tmp_path / "hb"),
+            KSSCHED_WATCHER_METRICS_PORT=0,
+            KSSCHED_WATCH_SERVER_TIMEOUT_MIN=30,
+            KSSCHED_WATCH_SERVER_TIMEOUT_MAX=40,
+        ):
+            for bind in ("p1", None):
+                started = time.monotonic()
+                call_command(
+                    "watch_pods",
+                    kubeconfig=kubeconfig,
+                    once=True,
+                    no_nodes=True,
+                    stdout=io.StringIO(),
+                )
+                took.append(time.monotonic() - started)
+                if bind:
+                    # Bound while no watcher runs: the next --once resumes from the
+                    # checkpoint and finds the event waiting.
+                    server.bind_pod(bind, "n2")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert max(took) < 5, took
+    assert counts() == {("once", "n1"): 1, ("once", "n2"): 1}
+    assert WatchState.objects.get(name="pods").relists == 1
+    assert_no_drift()
+
+
 def test_a_leader_that_loses_its_lease_stops_watching_and_stands_by(
     api, server, tmp_path, caplog
 ):

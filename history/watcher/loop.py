@@ -225,8 +225,11 @@ class Stream:
             self.resource_version = resource_version
         self._count_processed(1)
 
-    def watch_once(self) -> bool:
+    def watch_once(self, server_timeout: int | None = None) -> bool:
         """List if needed, then run one watch request to its end.
+
+        `server_timeout` (seconds) overrides the random server timeout: a short one
+        takes only the events the API server has already queued.
 
         Returns True when the next watch may start at once, False when the caller
         should back off first (a fault, or a watch that ended at once with nothing).
@@ -246,7 +249,8 @@ class Stream:
                 namespace=selectors.namespace,
                 label_selector=selectors.label_selector,
                 field_selector=selectors.field_selector,
-                server_timeout=random.randint(*self.options.server_timeout),
+                server_timeout=server_timeout
+                or random.randint(*self.options.server_timeout),
             )
             with self._lock:
                 self._stream = stream
@@ -279,7 +283,8 @@ class Stream:
         finally:
             with self._lock:
                 self._stream = None
-        if delivered == 0 and time.monotonic() - started < SHORT_WATCH_SECONDS:
+        short = time.monotonic() - started < SHORT_WATCH_SECONDS
+        if delivered == 0 and short and server_timeout is None:
             metrics.RECONNECTS.labels("short_watch").inc()
             logger.warning("The %s watch ended at once with no events", self.name)
             return False

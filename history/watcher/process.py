@@ -25,6 +25,10 @@ from history.watcher.pods import PodHandler
 
 logger = logging.getLogger(__name__)
 
+# With --once, the watch after the list (or from the checkpoint) lasts this long on
+# the server: it delivers the events already queued, then ends.
+ONCE_WATCH_SECONDS = 1
+
 
 class Watcher:
     """The whole watcher process: pod stream, node thread, optional leadership."""
@@ -145,7 +149,7 @@ class Watcher:
         try:
             self.pods.start()
             if self.once:
-                if not self.pods.watch_once():
+                if not self.pods.watch_once(server_timeout=ONCE_WATCH_SECONDS):
                     logger.warning("The single watch pass ended with a fault")
             else:
                 self.pods.run(until=until)

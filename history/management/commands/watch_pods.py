@@ -58,7 +58,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--once",
             action="store_true",
-            help="One pass: list (or resume) and one watch request, then stop.",
+            help="One pass: list (or resume from the checkpoint), take the events "
+            "the API server has already queued (a 1 s watch), then stop.",
         )
         parser.add_argument(
             "--no-nodes",
