@@ -16,7 +16,8 @@ A `Stream` runs the loop for one resource:
 Database errors: a transient one (locked, connection lost) retries the same work
 after a backoff, for as long as it takes. A data error (the same statement fails
 every time, e.g. a count out of range) is retried a few times; then that one event
-is skipped: logged at ERROR, counted, recorded in WatchState, and the watch goes on.
+is skipped: logged at ERROR, counted, recorded in WatchState, and the watch goes on
+(`transactions` sorts the errors).
 
 The handler (`handler.Handler`) is composed in, not inherited from: it gives the
 selectors, turns one object into a decision, writes decisions inside the loop's
@@ -32,29 +33,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db import (
-    DatabaseError,
-    DataError,
-    IntegrityError,
-    InterfaceError,
-    ProgrammingError,
-    close_old_connections,
-    connection,
-    transaction,
-)
+from django.db import DatabaseError
 
 from history.exceptions import WatcherFatalError
 from history.watcher import kube, metrics, state
 from history.watcher.handler import INVALID, LISTED, RECEIVED, RELISTING, Handler, Step
 from history.watcher.heartbeat import Heartbeat
 from history.watcher.options import Backoff, Options
+from history.watcher.transactions import (
+    DATA_ERROR_ATTEMPTS,
+    Unwritable,
+    first_line,
+    in_transaction,
+)
 
 logger = logging.getLogger(__name__)
 
 LIST_BATCH = 200
 SHORT_WATCH_SECONDS = 1.0
-# A data error is retried this many times before its event is skipped.
-DATA_ERROR_ATTEMPTS = 3
 
 
 class Interrupted(Exception):
@@ -65,14 +61,6 @@ class _StreamFailure(Exception):
     def __init__(self, failure: kube.Failure) -> None:
         super().__init__(failure.detail)
         self.failure = failure
-
-
-class _Unwritable(Exception):
-    """The same work failed with a data error every time it was tried."""
-
-    def __init__(self, error: DatabaseError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 class Stream:
@@ -216,7 +204,7 @@ class Stream:
 
         try:
             outcomes = self._transaction(work, bounded=True)
-        except _Unwritable as exc:
+        except Unwritable as exc:
             self._skip(type_, metadata, resource_version, exc.error)
         else:
             self.handler.observe(Step(type_, 1, outcomes))
@@ -335,7 +323,7 @@ class Stream:
                 lambda: self.handler.write([d for d in decisions if d is not None]),
                 bounded=True,
             )
-        except _Unwritable as exc:
+        except Unwritable as exc:
             if len(objects) > 1:
                 for obj in objects:
                     self._write_batch([obj])
@@ -380,7 +368,7 @@ class Stream:
             f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''} "
             f"uid={metadata.get('uid') or '-'} "
             f"rv={resource_version or metadata.get('resourceVersion') or '-'}: "
-            f"{type(error).__name__}: {_first_line(error)}"
+            f"{type(error).__name__}: {first_line(error)}"
         )
         logger.error(
             "Skipping a %s event that cannot be written after %d attempts: %s",
@@ -394,38 +382,15 @@ class Stream:
         self.handler.observe(Step(type_))
 
     def _transaction(self, work: Callable[[], Any], *, bounded: bool = False) -> Any:
-        """Run `work` in one transaction; return its result once it has committed.
-
-        Only the committed attempt's result comes back, so nothing a rolled-back
-        attempt did is counted. Transient database errors are retried for as long as
-        it takes; with `bounded`, a data error (DataError, IntegrityError) is retried
-        DATA_ERROR_ATTEMPTS times in all, then raised as _Unwritable.
-        """
-        delay = self.options.backoff_base
-        attempts = 0
-        while True:
-            close_old_connections()
-            attempts += 1
-            try:
-                with transaction.atomic():
-                    return work()
-            except (ProgrammingError, WatcherFatalError) as exc:
-                raise WatcherFatalError(f"database schema problem: {exc}") from exc
-            except (DataError, IntegrityError) as exc:
-                if bounded and attempts >= DATA_ERROR_ATTEMPTS:
-                    raise _Unwritable(exc) from exc
-                error: Exception = exc
-            except (DatabaseError, InterfaceError) as exc:
-                if "no such table" in str(exc):
-                    raise WatcherFatalError(f"database schema problem: {exc}") from exc
-                error = exc
-            metrics.DB_RETRIES.inc()
-            logger.warning(
-                "Database error on %s (%s); retrying in %.1f s", self.name, error, delay
-            )
-            connection.close()
-            self.sleep(delay)
-            delay = min(self.options.backoff_cap, delay * 2)
+        """`work` in one transaction, retried as `transactions` says; its result."""
+        return in_transaction(
+            work,
+            stream=self.name,
+            sleep=self.sleep,
+            base=self.options.backoff_base,
+            cap=self.options.backoff_cap,
+            bounded=bounded,
+        )
 
     # ---- internals
 
@@ -466,7 +431,3 @@ class Stream:
             else f"watching again from {self.resource_version}",
         )
         return False
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [""])[0]
