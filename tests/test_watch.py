@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.db import OperationalError, connection
 from django.test import override_settings
 
-from history import audit
+from history import audit, corrections
 from history.models import KeyNode, NodeRecord, Placement, WatchState
 from history.watcher import kube, metrics, state
 from history.watcher.heartbeat import Heartbeat, heartbeat_age
@@ -306,7 +306,7 @@ def unwritable_pod(uid, label, node):
     float), so a trigger rejects the ledger row instead.
     """
     if connection.vendor == "postgresql":
-        KeyNode.objects.create(key=label, node=node, count=2**63 - 1)
+        corrections.create_key_node(key=label, node=node, count=2**63 - 1, actor="ops")
         yield
         return
     with connection.cursor() as cursor:
