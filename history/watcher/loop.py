@@ -146,8 +146,8 @@ class Stream:
         """Handle one raw watch event; raises _StreamFailure for ERROR events.
 
         A malformed event (unreadable JSON, no object, unknown type) is logged with
-        its context and skipped; so is an event that cannot be written (see
-        `_transaction`).
+        its context and skipped; so is an event that keeps failing with a data error
+        (see `transactions`).
         """
         self.heartbeat.beat()
         self.handler.observe(Step(RECEIVED))
