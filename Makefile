@@ -71,7 +71,7 @@ pytest-postgres: $(VENV)/.dev-installed
 
 # Under CI=true the PostgreSQL run is mandatory; locally it runs when
 # TEST_DATABASE_URL is set.
-test: lint checks pytest
+test: lint checks typecheck pytest
 	@if [ -n "$(TEST_DATABASE_URL)" ]; then \
 	  $(MAKE) --no-print-directory pytest-postgres; \
 	elif [ "$(CI)" = "true" ]; then \

@@ -68,9 +68,8 @@ class ExtenderArgs:
                 )
             names.append(name)
         if has_nul("".join(names)):
-            position = first_nul_index(names)
             raise ExtenderArgsError(
-                nul_message(f"Nodes.items[{position}].metadata.name")
+                nul_message(f"Nodes.items[{first_nul_index(names)}].metadata.name")
             )
         return names
 
@@ -152,8 +151,9 @@ def parse_extender_args(data) -> ExtenderArgs:
                         f"NodeNames[{position}] must be a string"
                     ) from None
         if has_nul(joined):
-            position = first_nul_index(node_names)
-            raise ExtenderArgsError(nul_message(f"NodeNames[{position}]"))
+            raise ExtenderArgsError(
+                nul_message(f"NodeNames[{first_nul_index(node_names)}]")
+            )
 
     return ExtenderArgs(pod=pod, nodes=nodes, node_names=node_names)
 

@@ -1,4 +1,4 @@
-"""Exceptions of the history app that callers catch."""
+"""Exceptions of the history app that callers outside the raising module catch."""
 
 
 class WriteLockTimeoutError(Exception):
@@ -12,3 +12,11 @@ class WriteLockTimeoutError(Exception):
         )
         self.attempts = attempts
         self.waited = waited
+
+
+class KubeConfigError(Exception):
+    """No usable cluster configuration (not in a cluster, no kubeconfig)."""
+
+
+class WatcherFatalError(Exception):
+    """A fault the watcher cannot recover from by retrying (missing schema...)."""

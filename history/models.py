@@ -145,8 +145,9 @@ class WatchState(models.Model):
     """Progress and health of one watch stream (`pods` or `nodes`).
 
     Written by the watcher in the same transaction as the counts, so a restart resumes
-    from `resource_version` without losing or repeating anything. Read by the admin
-    overview and the metrics.
+    from `resource_version` without losing or repeating anything. An event that can
+    never be written is skipped and noted in `skipped_events`/`last_skipped`. Read
+    by the admin overview, the metrics, `/readyz` and `watcher_health`.
     """
 
     name = models.CharField(max_length=32, primary_key=True)
@@ -156,6 +157,11 @@ class WatchState(models.Model):
     relists = models.PositiveBigIntegerField(default=0)
     events = models.PositiveBigIntegerField(default=0)
     holder = models.CharField(max_length=253, blank=True)
+    skipped_events = models.PositiveBigIntegerField(
+        default=0, help_text="Events dropped because they could not be written."
+    )
+    last_skipped = models.CharField(max_length=500, blank=True)
+    last_skipped_at = models.DateTimeField(null=True, blank=True)
     updated = models.DateTimeField(auto_now=True)
 
     def __str__(self):
