@@ -79,17 +79,6 @@ def detail_text(value) -> str:
     return str(value)
 
 
-def recent_placements(value: str, keys: list[str]):
-    """A key matches as a whole segment; a label matches itself and its children."""
-    if len(keys) == 1:
-        placements = queries.placements_with_key(key=keys[0])
-    else:
-        placements = Placement.objects.filter(label=value) | Placement.objects.filter(
-            label__startswith=f"{value}-"
-        )
-    return placements.order_by("-bound_at", "-pk")
-
-
 def pipeline_view(request):
     """GET /admin/pipeline/?q=<key or label>."""
     if not request.user.has_perms(VIEW_PERMISSIONS):
@@ -116,7 +105,9 @@ def pipeline_view(request):
         ]
         for row in explanation:
             row["details"] = [detail_text(row[name]) for name, _ in details]
-        placements = recent_placements(value, keys)
+        placements = queries.placements_of_pipeline(value=value).order_by(
+            "-bound_at", "-pk"
+        )
         context.update(
             {
                 "strategy": strategy.name,
