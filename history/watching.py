@@ -45,7 +45,7 @@ from django.utils import timezone
 
 from history import kube, labels, ledger, metrics
 from history.heartbeat import Heartbeat
-from history.watcher import state
+from history.watcher import runs, state
 
 logger = logging.getLogger(__name__)
 
@@ -499,6 +499,7 @@ class PodStream(StreamWatcher):
         ended = phase in ("Succeeded", "Failed") or (type_ == "DELETED" and label)
         if ended and node:
             ledger.finish_placement(pod_uid=uid)
+        runs.record_run(pod_uid=uid, pod=obj)
         self._outcomes.append(outcome)
         return outcome
 
