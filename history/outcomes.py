@@ -207,15 +207,15 @@ def format_report(report: dict[str, Any]) -> str:
             s = section[warmth]
             lines.append(
                 f"{name if index == 0 else '':<32} {warmth:<8} {s['runs']:>5} "
-                f"{s['failed']:>6} {_number(s['startup_p50']):>11} "
-                f"{_number(s['startup_p90']):>8} {_number(s['run_p50']):>9} "
-                f"{_number(s['run_p90']):>8}"
+                f"{s['failed']:>6} {number_text(s['startup_p50']):>11} "
+                f"{number_text(s['startup_p90']):>8} {number_text(s['run_p50']):>9} "
+                f"{number_text(s['run_p90']):>8}"
             )
     lines += ["", "Time saved ((cold - exact median startup+run) x exact runs):"]
     for pipeline in report["pipelines"]:
         saved = pipeline["saved_seconds"]
         text = (
-            f"{_number(saved)} s ({duration_text(saved)})"
+            f"{number_text(saved)} s ({duration_text(saved)})"
             if saved is not None
             else f"unknown: {pipeline['saved_reason']}"
         )
@@ -225,13 +225,13 @@ def format_report(report: dict[str, Any]) -> str:
     total, counted = total_saved(report)
     if total is not None:
         lines.append(
-            f"  {'total':<32} {_number(total)} s ({duration_text(total)}) "
+            f"  {'total':<32} {number_text(total)} s ({duration_text(total)}) "
             f"over {counted} pipeline(s)"
         )
     return "\n".join(lines)
 
 
-def _number(value: float | None) -> str:
+def number_text(value: float | None) -> str:
     """12.0 -> "12", 12.25 -> "12.25"; None -> "-"."""
     if value is None:
         return "-"
