@@ -40,9 +40,9 @@ SEGMENT_COLOURS = ("#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c", "#0830
 
 # Startup and run time by warmth: per class, a median bar with a p90 whisker.
 OUTCOME_MEASURES = (("startup", "startup", "#fd8d3c"), ("run", "run", "#4292c6"))
-OUTCOME_LABEL_WIDTH = 140
-OUTCOME_PLOT_WIDTH = 520
-OUTCOME_VALUE_WIDTH = 190
+OUTCOME_LABEL_WIDTH = 110
+OUTCOME_PLOT_WIDTH = 480
+OUTCOME_VALUE_WIDTH = 260
 OUTCOME_BAR = 16
 OUTCOME_GROUP_GAP = 14
 
@@ -103,6 +103,14 @@ def outcome_chart(figures: dict[str, dict]) -> dict | None:
         "height": len(outcomes.WARMTHS) * group,
         "legend": [(title, colour) for _, title, colour in OUTCOME_MEASURES],
     }
+
+
+def outcome_cells(figures: dict) -> list[str]:
+    """One warmth class as table cells: runs, failed, then p50/p90 in seconds."""
+    names = ("startup_p50", "startup_p90", "run_p50", "run_p90")
+    return [str(figures["runs"]), str(figures["failed"])] + [
+        outcomes.number_text(figures[name]) for name in names
+    ]
 
 
 def saved_headline(report: dict) -> dict:
@@ -201,7 +209,8 @@ def pipeline_view(request):
             {
                 "outcomes": report,
                 "outcome_rows": [
-                    (warmth, report["overall"][warmth]) for warmth in outcomes.WARMTHS
+                    (warmth, outcome_cells(report["overall"][warmth]))
+                    for warmth in outcomes.WARMTHS
                 ],
                 "outcome_chart": outcome_chart(report["overall"]),
                 "saved": saved_headline(report),

@@ -173,9 +173,11 @@ def parse_instant(text: str) -> datetime:
 
 
 def duration_text(seconds: float | None) -> str:
-    """1234.5 -> "20 min 34 s", 7300 -> "2 h 1 min"; None -> "-"."""
+    """19.5 -> "19.5 s", 1234.5 -> "20 min 34 s", 7300 -> "2 h 1 min"; None -> "-"."""
     if seconds is None:
         return "-"
+    if abs(seconds) < 60:
+        return f"{number_text(round(seconds, 1))} s"
     sign = "-" if seconds < 0 else ""
     left = round(abs(seconds))
     hours, left = divmod(left, 3600)

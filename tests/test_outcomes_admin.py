@@ -68,13 +68,13 @@ def test_pipeline_page_charts_median_and_p90_by_warmth(admin_client):
         ("cold", "run"): ("400", "400"),
     }
     # One scale: the longest p90 (cold run, 400 s) spans the plot.
-    assert bars[("cold", "run")]["width"] == 520
-    assert bars[("exact", "run")]["width"] == 260
-    assert bars[("exact", "run")]["whisker"] == 140 + 390
+    assert bars[("cold", "run")]["width"] == 480
+    assert bars[("exact", "run")]["width"] == 240
+    assert bars[("exact", "run")]["whisker"] == 110 + 360
     assert bars[("partial", "run")]["width"] is None
     body = response.content.decode()
     assert "exact (3)" in body and "run: no successful runs" in body
-    assert "<td>exact</td><td>3</td><td>0</td><td>20.0</td>" in body
+    assert "<td>exact</td><td>3</td><td>0</td><td>20</td><td>30</td>" in body
     assert "Time saved: not known yet (needs at least 5 successful exact" in body
 
 
