@@ -189,21 +189,14 @@ def duration_text(seconds: float | None) -> str:
     return f"{sign}{secs} s"
 
 
-def format_report(report: dict[str, Any]) -> str:
-    """`outcome_report` as the table `manage.py outcomes` prints."""
+def format_sections(sections: list[tuple[str, dict]], first: str) -> list[str]:
+    """The table lines of named sections ({warmth: S}), one line per warmth class;
+    `first` heads the name column."""
     header = (
-        f"{'pipeline':<32} {'warmth':<8} {'runs':>5} {'failed':>6} "
+        f"{first:<32} {'warmth':<8} {'runs':>5} {'failed':>6} "
         f"{'startup p50':>11} {'p90':>8} {'run p50':>9} {'p90':>8}"
     )
-    lines = [
-        f"Pipeline pods bound from {report['since']} to {report['until']}",
-        "Medians and p90 (nearest rank) over successful runs, in seconds.",
-        "",
-        header,
-        "-" * len(header),
-    ]
-    sections = [("(all pipelines)", report["overall"])]
-    sections += [(p["label"], p) for p in report["pipelines"]]
+    lines = [header, "-" * len(header)]
     for name, section in sections:
         for index, warmth in enumerate(WARMTHS):
             s = section[warmth]
@@ -213,6 +206,19 @@ def format_report(report: dict[str, Any]) -> str:
                 f"{number_text(s['startup_p90']):>8} {number_text(s['run_p50']):>9} "
                 f"{number_text(s['run_p90']):>8}"
             )
+    return lines
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """`outcome_report` as the table `manage.py outcomes` prints."""
+    sections = [("(all pipelines)", report["overall"])]
+    sections += [(p["label"], p) for p in report["pipelines"]]
+    lines = [
+        f"Pipeline pods bound from {report['since']} to {report['until']}",
+        "Medians and p90 (nearest rank) over successful runs, in seconds.",
+        "",
+        *format_sections(sections, "pipeline"),
+    ]
     lines += ["", "Time saved ((cold - exact median startup+run) x exact runs):"]
     for pipeline in report["pipelines"]:
         saved = pipeline["saved_seconds"]

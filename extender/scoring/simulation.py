@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from extender.scoring.rules import WarmRules
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.labels import split_pipeline_label
-from history.outcomes import WARMTHS, number_text, summarize
+from history.outcomes import WARMTHS, format_sections, summarize
 from history.reader.memory import MemoryHistory
 
 STRATEGY_NAMES = ("none", "seed", "warm")
@@ -437,24 +437,10 @@ def format_table(report: dict) -> str:
 
 
 def format_outcomes(report: dict) -> str:
-    """Median and p90 startup and run by warmth, per strategy, in seconds; beside
-    them the ledger's measured figures when the report has them (`measured`)."""
-    header = (
-        f"{'source':<9} {'warmth':<8} {'runs':>6} {'startup p50':>11} {'p90':>7} "
-        f"{'run p50':>8} {'p90':>7}"
-    )
-    lines = ["Startup and run by warmth (simulated: cost model)", header]
-    lines.append("-" * len(header))
+    """Startup and run by warmth per strategy, as `manage.py outcomes` prints them;
+    beside them the ledger's measured figures when the report has them."""
     sections = [(r["strategy"], r["outcomes"]) for r in report["results"]]
     if report.get("measured"):
         sections.append(("measured", report["measured"]))
-    for name, figures in sections:
-        for level in WARMTHS:
-            s = figures[level]
-            lines.append(
-                f"{name:<9} {level:<8} {s['runs']:>6} "
-                f"{number_text(s['startup_p50']):>11} "
-                f"{number_text(s['startup_p90']):>7} "
-                f"{number_text(s['run_p50']):>8} {number_text(s['run_p90']):>7}"
-            )
-    return "\n".join(lines)
+    title = "Startup and run by warmth (simulated: cost model)"
+    return "\n".join([title, *format_sections(sections, "source")])
