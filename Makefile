@@ -8,6 +8,7 @@ RUN_DATA_PATH ?= $(CURDIR)/var/scheduler.db
 SECRET_FILE := var/secret_key
 
 .PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench soak clean
+.PHONY: outcomes-demo
 .PHONY: docker-build docker-push deploy-yaml screenshots
 
 help:
@@ -91,6 +92,11 @@ bench: $(VENV)/.dev-installed
 # figures to stdout, JSON to var/soak-watch.json. SOAK_ARGS="--pods 5000" for more.
 soak: $(VENV)/.dev-installed
 	$(PY) -m tests.soak_watch $(SOAK_ARGS)
+
+# Pipeline pods with realistic container statuses through a real watcher (killed,
+# restarted, replayed), then `manage.py outcomes`; exits 1 unless the figures are exact.
+outcomes-demo: $(VENV)/.dev-installed
+	$(PY) -m tests.outcomes_demo $(DEMO_PODS)
 
 # Container image (see Dockerfile): make docker-build docker-push IMG=registry/ks-scheduler:tag
 IMG ?= ks-scheduler:1.0.0

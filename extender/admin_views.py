@@ -2,7 +2,8 @@
 
 For a key (`maven`) or a full label value (`jenkins-java-maven-1`) it shows the counts
 the scores are built from as a server-side SVG bar chart (no scripts, no CDN), the
-scores every known node would get now, and the recent placements from the ledger.
+scores every known node would get now, startup and run time by warmth with the time
+warm placement saved (`history.outcomes`), and the recent placements from the ledger.
 It lives in `extender` because it asks the scoring strategy to explain itself;
 kssched/urls.py mounts it inside the admin (login and staff required).
 """
@@ -12,7 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
 from extender.scoring.strategies import get_strategy
-from history import labels, queries
+from history import labels, outcomes, queries
 from history.admin import refuse_nul_parameters
 from history.models import KeyNode, NodeRecord, Placement
 
@@ -36,6 +37,101 @@ PLOT_WIDTH = 520
 VALUE_WIDTH = 110
 # Darker is more specific: index 0 is the most general segment.
 SEGMENT_COLOURS = ("#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c", "#08306b")
+
+
+# Startup and run time by warmth: per class, a median bar with a p90 whisker.
+OUTCOME_MEASURES = (("startup", "startup", "#fd8d3c"), ("run", "run", "#4292c6"))
+OUTCOME_LABEL_WIDTH = 110
+OUTCOME_PLOT_WIDTH = 480
+OUTCOME_VALUE_WIDTH = 260
+OUTCOME_BAR = 16
+OUTCOME_GROUP_GAP = 14
+
+
+def outcome_chart(figures: dict[str, dict]) -> dict | None:
+    """Geometry of the startup/run chart for one report section ({warmth: S}).
+
+    One group per warmth class with a bar per measure: its length is the median,
+    a whisker reaches the p90, all on one scale. None when no class has a
+    successful run.
+    """
+    top = max(
+        (
+            figures[w][f"{m}_p90"] or 0
+            for w in outcomes.WARMTHS
+            for m, _, _ in OUTCOME_MEASURES
+        ),
+        default=0,
+    )
+    if not top:
+        return None
+    scale = OUTCOME_PLOT_WIDTH / top
+    group = len(OUTCOME_MEASURES) * OUTCOME_BAR + OUTCOME_GROUP_GAP
+    bars = []
+    for index, warmth in enumerate(outcomes.WARMTHS):
+        for position, (measure, title, colour) in enumerate(OUTCOME_MEASURES):
+            p50 = figures[warmth][f"{measure}_p50"]
+            p90 = figures[warmth][f"{measure}_p90"]
+            width = round(p50 * scale, 1) if p50 is not None else 0
+            whisker = round(OUTCOME_LABEL_WIDTH + (p90 or 0) * scale, 1)
+            bars.append(
+                {
+                    "warmth": warmth,
+                    "measure": measure,
+                    "title": title,
+                    "colour": colour,
+                    "p50": outcomes.number_text(p50),
+                    "p90": outcomes.number_text(p90),
+                    "p50_text": outcomes.duration_text(p50),
+                    "p90_text": outcomes.duration_text(p90),
+                    "runs": figures[warmth]["runs"],
+                    "has_data": p50 is not None,
+                    "is_first": position == 0,
+                    "y": index * group + position * OUTCOME_BAR,
+                    "width": max(width, 1) if p50 is not None else 0,
+                    "whisker_x": whisker,
+                    "value_x": max(whisker, OUTCOME_LABEL_WIDTH + width) + 6,
+                }
+            )
+    return {
+        "bars": bars,
+        "label_width": OUTCOME_LABEL_WIDTH,
+        "label_x": OUTCOME_LABEL_WIDTH - 8,
+        "bar_height": OUTCOME_BAR - 3,
+        "whisker_mid": (OUTCOME_BAR - 3) / 2,
+        "text_y": OUTCOME_BAR - 5,
+        "width": OUTCOME_LABEL_WIDTH + OUTCOME_PLOT_WIDTH + OUTCOME_VALUE_WIDTH,
+        "height": len(outcomes.WARMTHS) * group,
+        "legend": [(title, colour) for _, title, colour in OUTCOME_MEASURES],
+    }
+
+
+def outcome_cells(figures: dict) -> list[str]:
+    """One warmth class as table cells: runs, failed, then p50/p90 in seconds."""
+    names = ("startup_p50", "startup_p90", "run_p50", "run_p90")
+    return [str(figures["runs"]), str(figures["failed"])] + [
+        outcomes.number_text(figures[name]) for name in names
+    ]
+
+
+def saved_headline(report: dict) -> dict:
+    """The time saved over the report's pipelines, or why it is not known."""
+    total, counted = outcomes.total_saved(report)
+    reason = None
+    if total is None:
+        pipelines = report["pipelines"]
+        reason = (
+            pipelines[0]["saved_reason"]
+            if len(pipelines) == 1
+            else f"no pipeline has {outcomes.MIN_RUNS} successful exact and "
+            f"{outcomes.MIN_RUNS} cold runs yet"
+        )
+    return {
+        "seconds": total,
+        "text": outcomes.duration_text(total),
+        "pipelines": counted,
+        "reason": reason,
+    }
 
 
 def known_nodes() -> list[str]:
@@ -80,17 +176,6 @@ def detail_text(value) -> str:
     return str(value)
 
 
-def recent_placements(value: str, keys: list[str]):
-    """A key matches as a whole segment; a label matches itself and its children."""
-    if len(keys) == 1:
-        placements = queries.placements_with_key(key=keys[0])
-    else:
-        placements = Placement.objects.filter(label=value) | Placement.objects.filter(
-            label__startswith=f"{value}-"
-        )
-    return placements.order_by("-bound_at", "-pk")
-
-
 def pipeline_view(request):
     """GET /admin/pipeline/?q=<key or label>."""
     if not request.user.has_perms(VIEW_PERMISSIONS):
@@ -120,9 +205,20 @@ def pipeline_view(request):
         ]
         for row in explanation:
             row["details"] = [detail_text(row[name]) for name, _ in details]
-        placements = recent_placements(value, keys)
+        placements = queries.placements_of_pipeline(value=value).order_by(
+            "-bound_at", "-pk"
+        )
+        report = outcomes.outcome_report(label=value)
         context.update(
             {
+                "outcomes": report,
+                "outcome_rows": [
+                    (warmth, outcome_cells(report["overall"][warmth]))
+                    for warmth in outcomes.WARMTHS
+                ],
+                "outcome_chart": outcome_chart(report["overall"]),
+                "saved": saved_headline(report),
+                "outcome_days": outcomes.WINDOW.days,
                 "strategy": strategy.name,
                 "segments": queries.key_totals().filter(key__in=keys),
                 "bars": bars,

@@ -1,4 +1,5 @@
-"""The read-only history API: keys, per-node counts and the placement ledger.
+"""The read-only history API: keys, per-node counts, the placement ledger and the
+outcomes report.
 
 For scripts and dashboards. Every view needs an authenticated user (session or
 `Authorization: Token ...`) with the view permission on the history models; nothing
@@ -8,14 +9,17 @@ here writes. The extender routes are separate and unauthenticated.
 import django_filters
 from django.db.models import Q
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from history import queries
+from history import outcomes, queries
 from history.models import KeyNode, Placement
 from history.validation import nul_message, nul_parameter
 
@@ -157,6 +161,68 @@ class PlacementListView(HistoryAPIView):
     queryset = Placement.objects.order_by("-bound_at", "-pk")
     filter_backends = [DjangoFilterBackend]
     filterset_class = PlacementFilter
+
+
+class OutcomeQuerySerializer(serializers.Serializer):
+    label = serializers.CharField(  # type: ignore[assignment]  # the JSON key
+        required=False,
+        allow_blank=True,
+        help_text="A pipeline key or label value (a label covers its children).",
+    )
+    since = serializers.CharField(
+        required=False,
+        help_text="ISO 8601 date or date-time; default 30 days ago.",
+    )
+
+    def validate_since(self, value):
+        try:
+            return outcomes.parse_instant(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+
+
+class WarmthFiguresSerializer(serializers.Serializer):
+    runs = serializers.IntegerField(help_text="Succeeded, with both times recorded.")
+    failed = serializers.IntegerField(help_text="Failed.")
+    startup_p50 = serializers.FloatField(allow_null=True)
+    startup_p90 = serializers.FloatField(allow_null=True)
+    run_p50 = serializers.FloatField(allow_null=True)
+    run_p90 = serializers.FloatField(allow_null=True)
+
+
+class WarmthClassesSerializer(serializers.Serializer):
+    exact = WarmthFiguresSerializer()
+    partial = WarmthFiguresSerializer()  # type: ignore[assignment]  # the JSON key
+    cold = WarmthFiguresSerializer()
+
+
+class PipelineOutcomeSerializer(WarmthClassesSerializer):
+    label = serializers.CharField()  # type: ignore[assignment]  # the JSON key
+    saved_seconds = serializers.FloatField(allow_null=True)
+    saved_reason = serializers.CharField(allow_null=True)
+
+
+class OutcomeReportSerializer(serializers.Serializer):
+    overall = WarmthClassesSerializer()
+    pipelines = PipelineOutcomeSerializer(many=True)
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+
+
+class OutcomeReportView(APIView):
+    """Startup and run time by warmth and the time saved, per label and overall."""
+
+    authentication_classes = HistoryAPIView.authentication_classes
+    permission_classes = HistoryAPIView.permission_classes
+    renderer_classes = HistoryAPIView.renderer_classes
+
+    @extend_schema(
+        parameters=[OutcomeQuerySerializer], responses=OutcomeReportSerializer
+    )
+    def get(self, request):
+        query = OutcomeQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(outcomes.outcome_report(**query.validated_data))
 
 
 def only_api_paths(endpoints):

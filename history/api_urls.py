@@ -10,6 +10,7 @@ urlpatterns = [
     path("keys/", api.KeyListView.as_view(), name="api-keys"),
     path("keys/<str:key>/nodes/", api.KeyNodeListView.as_view(), name="api-key-nodes"),
     path("placements/", api.PlacementListView.as_view(), name="api-placements"),
+    path("outcomes/", api.OutcomeReportView.as_view(), name="api-outcomes"),
     path(
         "schema/",
         SpectacularAPIView.as_view(

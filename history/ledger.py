@@ -9,6 +9,7 @@ Counts only ever move through atomic SQL (`count = count + n`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -126,6 +127,51 @@ def finish_placement(*, pod_uid: str, finished_at: datetime | None = None) -> bo
         finished_at=finished_at or timezone.now()
     )
     return bool(closed)
+
+
+@dataclass(frozen=True)
+class RecordedOutcome:
+    """A placement whose final phase was recorded now, with its stored times."""
+
+    warmth: str
+    outcome: str
+    startup: float | None
+    run: float | None
+
+
+def record_outcome(
+    *,
+    pod_uid: str,
+    startup: float | None,
+    run: float | None,
+    outcome: str,
+) -> RecordedOutcome | None:
+    """Record how long pod `pod_uid` took to start and run, and how it ended.
+
+    The first observation that carries a value wins, as with counts: `startup` is
+    stored while the row has none and has not ended; `outcome` (with `run`, which may
+    be None) only while the row has no outcome. Replays, relists and restarts of the
+    watcher therefore change nothing, and a pod without a ledger row is ignored.
+
+    Returns the row's warmth, outcome and stored times when this call recorded the
+    outcome, else None (nothing new, no outcome given, or no such placement).
+    """
+    if startup is None and not outcome:
+        return None
+    rows = Placement.objects.filter(pod_uid=pod_uid)
+    with transaction.atomic():
+        if startup is not None:
+            rows.filter(startup_seconds__isnull=True, outcome="").update(
+                startup_seconds=startup
+            )
+        if not outcome or not rows.filter(outcome="").update(
+            outcome=outcome, run_seconds=run
+        ):
+            return None
+        warmth, stored_startup = rows.values_list("warmth", "startup_seconds").get()
+    return RecordedOutcome(
+        warmth=warmth, outcome=outcome, startup=stored_startup, run=run
+    )
 
 
 def classify_warmth(*, keys: Sequence[str], node: str) -> str:

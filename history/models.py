@@ -74,8 +74,15 @@ class Placement(models.Model):
     Written by the watcher in the same transaction as the KeyNode increments; a row
     is inserted once per pod UID, and the label value is frozen at that moment.
     `finished_at` is set when the pod succeeds, fails or is deleted, so the active
-    pods per node are known.
+    pods per node are known. `startup_seconds`, `run_seconds` and `outcome` come from
+    the pod's own status (`history.timings`) and are written once, at the first
+    observation that carries them (`ledger.record_outcome`); rows recorded before
+    they existed, and pods with unusable times, have none.
     """
+
+    class Outcome(models.TextChoices):
+        SUCCEEDED = "Succeeded", "succeeded"
+        FAILED = "Failed", "failed"
 
     class Warmth(models.TextChoices):
         EXACT = "exact", "exact (most specific segment warm)"
@@ -91,6 +98,22 @@ class Placement(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     resource_version = models.CharField(max_length=64, blank=True)
     warmth = models.CharField(max_length=8, choices=Warmth.choices, blank=True)
+    startup_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="PodScheduled to first container start (pulls, restores).",
+    )
+    run_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="First container start to last container finish.",
+    )
+    outcome = models.CharField(
+        max_length=9,
+        choices=Outcome.choices,
+        blank=True,
+        help_text="Final phase; empty while running or if deleted first.",
+    )
 
     class Meta:
         ordering = ["-bound_at"]

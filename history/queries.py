@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Count, Max, Q, Sum
 
+from history.labels import split_pipeline_label
 from history.models import KeyNode, Placement
 
 
@@ -19,6 +20,19 @@ def placements_with_key(*, key: str):
         | Q(label__endswith=f"-{key}")
         | Q(label__contains=f"-{key}-")
     )
+
+
+def placements_of_pipeline(*, value: str):
+    """Placements of a pipeline given as a key (`maven`) or a label value.
+
+    One segment is a key and matches as a whole segment (`placements_with_key`);
+    a longer value matches its own label and its children (`jenkins-java` matches
+    `jenkins-java-maven-app`). A QuerySet of Placement.
+    """
+    keys = split_pipeline_label(value)
+    if len(keys) == 1:
+        return placements_with_key(key=keys[0])
+    return Placement.objects.filter(Q(label=value) | Q(label__startswith=f"{value}-"))
 
 
 def key_totals():

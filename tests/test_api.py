@@ -177,6 +177,7 @@ def test_schema_documents_the_history_api_only(api):
         "/api/keys/",
         "/api/keys/{key}/nodes/",
         "/api/placements/",
+        "/api/outcomes/",
     }
     params = {
         p["name"] for p in schema["paths"]["/api/placements/"]["get"]["parameters"]

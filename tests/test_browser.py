@@ -345,3 +345,63 @@ def test_viewer_sees_no_edit_controls(page, live_server, viewer, cluster_history
     assert page.locator("a.deletelink").count() == 0
     page.goto(f"{live_server.url}/admin/pipeline/?q=maven")
     assert page.locator("#pipeline-chart g.bar").count() == 3
+
+
+# label: warmth: [(startup s, run s, outcome), ...] -- shaped like a Maven build farm
+OUTCOMES = {
+    "exact": [(14, 402), (18, 431), (21, 455), (16, 418), (25, 470), (19, 440)]
+    + [(22, 461), (17, 425), (30, 512), (20, 447), (12, 0, "Failed")],
+    "partial": [(64, 468), (88, 495), (71, 480), (120, 560), (95, 505)],
+    "cold": [(212, 540), (248, 575), (190, 522), (305, 640), (231, 560), (268, 601)]
+    + [(40, 0, "Failed")],
+}
+
+
+def test_pipeline_page_outcomes_chart(page, live_server, superuser):
+    from history.ledger import record_outcome
+    from history.outcomes import outcome_report
+
+    label = "jenkins-java-maven"
+    now = timezone.now()
+    number = 0
+    for warmth, runs in OUTCOMES.items():
+        for startup, run, *failed in runs:
+            number += 1
+            uid = f"uid-{number:04d}"
+            record_placement(
+                pod_uid=uid,
+                namespace="ci",
+                name=f"{label}-{number}",
+                label=label,
+                node=f"worker-{warmth}-{number % 3}",
+                bound_at=now - timedelta(hours=number),
+                warmth=warmth,
+            )
+            outcome = failed[0] if failed else "Succeeded"
+            record_outcome(pod_uid=uid, startup=startup, run=run, outcome=outcome)
+    expected = outcome_report(label=label)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    login(page, live_server, "admin", f"/admin/pipeline/?q={label}")
+    module = page.locator("#pipeline-outcomes")
+    for warmth, figures in expected["overall"].items():
+        for measure in ("startup", "run"):
+            bar = page.locator(
+                f'#outcomes-chart g[data-warmth="{warmth}"][data-measure="{measure}"]'
+            )
+            assert float(bar.get_attribute("data-p50")) == figures[f"{measure}_p50"]
+            assert float(bar.get_attribute("data-p90")) == figures[f"{measure}_p90"]
+            assert float(bar.locator("rect").get_attribute("width")) > 0
+    [pipeline] = expected["pipelines"]
+    assert pipeline["saved_seconds"] is not None
+    headline = page.locator("#outcomes-saved").text_content()
+    assert "Warm placement saved" in headline
+    assert f"({pipeline['saved_seconds']:.0f} s)" in headline
+    box = module.bounding_box()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(
+        path=str(SCREENSHOTS / "pipeline-outcomes.png"),
+        full_page=True,
+        clip={"x": 0, "y": box["y"] - 12, "width": 1280, "height": box["height"] + 24},
+    )
+    page.goto(f"{live_server.url}/admin/")
+    assert "over 1 pipeline" in page.locator("#ks-time-saved").text_content()

@@ -99,7 +99,9 @@ def test_a_pod_whose_label_has_no_segments_still_finishes():
         options=OPTIONS,
         event_type="MODIFIED",
     )
-    assert decision == Decision(FINISH, "u-1", finish=True)
+    assert (decision.action, decision.uid, decision.finish) == (FINISH, "u-1", True)
+    # The ended pod's times go with it: here none are usable.
+    assert decision.timings is not None and decision.timings.unusable
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,13 @@
 """The simulator: deterministic, runs the real strategies, and warm earns its place."""
 
+import re
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import orjson
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from extender.scoring.rules import WarmRules, seed_matches
 from extender.scoring.simulation import (
@@ -16,8 +18,10 @@ from extender.scoring.simulation import (
     scored_nodes,
     simulate,
     synthetic_workload,
+    with_options,
 )
 from extender.scoring.strategies import warm_inputs
+from history.ledger import record_outcome, record_placement
 from history.models import Placement
 from history.reader.memory import MemoryHistory
 
@@ -166,3 +170,60 @@ def test_from_db_replays_the_ledger():
     assert report["scenario"]["nodes"] == 4
     assert all(r["pods"] == 40 for r in report["results"])
     assert simulate_json("--from-db", "--nodes", "6")["scenario"]["nodes"] == 6
+
+
+def test_simulated_startup_and_run_by_warmth_follow_the_cost_model():
+    report = simulate_json("--runs", "300", "--nodes", "10", "--strategies", "warm")
+    [result] = report["results"]
+    figures = result["outcomes"]
+    runs = {level: figures[level]["runs"] for level in ("exact", "partial", "cold")}
+    assert sum(runs.values()) == result["pods"]
+    assert runs["exact"] / result["pods"] == pytest.approx(result["exact_rate"], 1e-3)
+    # Startup is the model's extra start time; run is the pod's own time.
+    assert figures["exact"]["startup_p50"] == 0
+    assert figures["partial"]["startup_p90"] == 120
+    assert figures["cold"]["startup_p50"] == 300
+    pods = synthetic_workload(with_options(SCENARIOS["default"], runs=300, nodes=10))
+    assert 0 < figures["exact"]["run_p50"] < max(pod.base for pod in pods.pods)
+    text = StringIO()
+    call_command("simulate", "--runs", "300", "--strategies", "warm", stdout=text)
+    assert "Startup and run by warmth (simulated: cost model)" in text.getvalue()
+
+
+@pytest.mark.django_db
+def test_from_db_shows_measured_beside_simulated_outcomes():
+    start = timezone.now() - timedelta(days=90)
+    for i in range(6):
+        record_placement(
+            pod_uid=f"u{i}",
+            namespace="ci",
+            name=f"p{i}",
+            label="ci-java-app",
+            node=f"node-{i % 2}",
+            bound_at=start + timedelta(minutes=10 * i),
+            warmth="exact" if i % 2 else "cold",
+        )
+        record_outcome(
+            pod_uid=f"u{i}", startup=10 + i, run=100 + i, outcome="Succeeded"
+        )
+    report = simulate_json("--from-db", "--strategies", "warm")
+    assert report["measured"]["exact"] == {
+        "runs": 3,
+        "failed": 0,
+        "startup_p50": 13,
+        "startup_p90": 15,
+        "run_p50": 103,
+        "run_p90": 105,
+    }
+    assert report["measured"]["cold"]["run_p50"] == 102
+    # The recorded run times drive the replay: the pods' own times are the runs.
+    simulated = report["results"][0]["outcomes"]
+    assert sum(simulated[level]["runs"] for level in simulated) == 6
+    medians = sorted(
+        simulated[level]["run_p50"] for level in simulated if simulated[level]["runs"]
+    )
+    assert all(100 <= value <= 105 for value in medians)
+    text = StringIO()
+    call_command("simulate", "--from-db", "--strategies", "warm", stdout=text)
+    measured = re.search(r"^measured +exact .*$", text.getvalue(), re.M).group(0)
+    assert measured.split() == ["measured", "exact", "3", "0", "13", "15", "103", "105"]

@@ -44,6 +44,7 @@ from extender.scoring.rules import WarmRules
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.labels import split_pipeline_label
 from history.models import Placement
+from history.outcomes import WARMTHS, format_sections, summarize
 from history.reader.memory import MemoryHistory
 
 STRATEGY_NAMES = ("none", "seed", "warm")
@@ -184,23 +185,26 @@ def synthetic_workload(scenario: Scenario) -> Workload:
 def ledger_workload(scenario: Scenario) -> tuple[Workload, int]:
     """The recorded placements as a workload, and how many nodes they used.
 
-    Pods arrive when they were bound and run as long as they ran (`run_time` when
-    still running); the recorded time is taken as the warm run time. Node
+    Pods arrive when they were bound and run for their recorded run time (from the
+    first container start to the end), else from binding to the end (`run_time`
+    when still running); that time is taken as the warm run time. Node
     replacements are not replayed. Pods without pipeline segments are skipped.
     """
     pods = []
     nodes = set()
     start = None
     rows = Placement.objects.order_by("bound_at", "pk").values_list(
-        "label", "node", "bound_at", "finished_at"
+        "label", "node", "bound_at", "finished_at", "run_seconds"
     )
-    for label, node, bound_at, finished_at in rows.iterator():
+    for label, node, bound_at, finished_at, run_seconds in rows.iterator():
         keys = split_pipeline_label(label)
         if not keys:
             continue
         start = start if start is not None else bound_at
         nodes.add(node)
         ran = (finished_at - bound_at).total_seconds() if finished_at else None
+        if run_seconds is not None:
+            ran = run_seconds
         pods.append(
             Pod(
                 label="-".join(keys),
@@ -255,6 +259,9 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
         load_slack=scenario.load_slack,
     )
     warmth = {"exact": 0, "partial": 0, "cold": 0}
+    # (outcome, startup, run) per warmth, as the ledger records them: the cost
+    # model's extra start time is the startup, the pod's own time the run.
+    timings: dict[str, list] = {level: [] for level in WARMTHS}
     concurrency: list[int] = []
     waits: list[float] = []
     saved = 0.0
@@ -307,6 +314,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
         else:
             level, extra = "cold", scenario.cold_extra
         warmth[level] += 1
+        timings[level].append(("Succeeded", extra, pod.base))
         saved += scenario.cold_extra - extra
         for key in pod.keys:
             cache[key] = None
@@ -360,6 +368,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
         "p95_pods_per_node": _percentile(concurrency, 0.95),
         "time_saved_hours": round(saved / 3600, 1),
         "mean_wait_seconds": round(sum(waits) / len(waits), 1) if waits else 0.0,
+        "outcomes": {level: summarize(timings[level]) for level in WARMTHS},
     }
 
 
@@ -424,4 +433,14 @@ def format_table(report: dict) -> str:
         lines.append(
             f"warm beats the others on exact hits with busiest <= 1.25x mean: {verdict}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + ["", format_outcomes(report)])
+
+
+def format_outcomes(report: dict) -> str:
+    """Startup and run by warmth per strategy, as `manage.py outcomes` prints them;
+    beside them the ledger's measured figures when the report has them."""
+    sections = [(r["strategy"], r["outcomes"]) for r in report["results"]]
+    if report.get("measured"):
+        sections.append(("measured", report["measured"]))
+    title = "Startup and run by warmth (simulated: cost model)"
+    return "\n".join([title, *format_sections(sections, "source")])

@@ -8,7 +8,7 @@ from django.db import connection
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from history import queries
+from history import outcomes, queries
 from history.models import KeyNode, Placement, WatchState
 
 register = template.Library()
@@ -82,9 +82,17 @@ def history_overview(context):
         "placements": Placement.objects.count(),
         "active": active.count(),
     }
+    saved, saved_pipelines = outcomes.total_saved(outcomes.outcome_report(until=now))
     return {
         "visible": True,
         "totals": totals,
+        "saved": {
+            "seconds": saved,
+            "text": outcomes.duration_text(saved),
+            "pipelines": saved_pipelines,
+            "days": outcomes.WINDOW.days,
+            "min_runs": outcomes.MIN_RUNS,
+        },
         "has_history": bool(totals["keys"] or totals["placements"]),
         "busiest_keys": list(queries.key_totals()[:BUSIEST]),
         "busiest_nodes": busiest_nodes,

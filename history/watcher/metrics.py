@@ -10,12 +10,28 @@ from __future__ import annotations
 import logging
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from django.db import transaction
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 from prometheus_client import values as _values
+
+from history.ledger import RecordedOutcome
+from history.models import Placement
+from history.timings import UNUSABLE_REASONS
 
 logger = logging.getLogger(__name__)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Pipeline pods start in seconds to minutes and run for minutes to hours.
+PIPELINE_BUCKETS = (
+    1, 2, 5, 10, 20, 30, 60, 120, 180, 300, 600, 900, 1200, 1800, 3600, 7200, 14400,
+)  # fmt: skip
 
 _previous = _values.ValueClass
 _values.ValueClass = _values.MutexValue
@@ -64,8 +80,38 @@ try:
         "Seconds since the pod stream last delivered an event or bookmark.",
         registry=REGISTRY,
     )
+    # Successful runs only, like `manage.py outcomes`; labelled by warmth alone so
+    # the number of series stays fixed however many pipelines there are.
+    PIPELINE_STARTUP = Histogram(
+        "kssched_pipeline_startup_seconds",
+        "Seconds from binding to the first container start, of successful pipeline "
+        "pods, by warmth of their node.",
+        ["warmth"],
+        buckets=PIPELINE_BUCKETS,
+        registry=REGISTRY,
+    )
+    PIPELINE_RUN = Histogram(
+        "kssched_pipeline_run_seconds",
+        "Seconds from the first container start to the last container finish, of "
+        "successful pipeline pods, by warmth of their node.",
+        ["warmth"],
+        buckets=PIPELINE_BUCKETS,
+        registry=REGISTRY,
+    )
+    TIMINGS_UNUSABLE = Counter(
+        "kssched_pipeline_timings_unusable",
+        "Ended pipeline pods whose times were missing or made no sense, by reason.",
+        ["reason"],
+        registry=REGISTRY,
+    )
 finally:
     _values.ValueClass = _previous
+
+for _warmth in Placement.Warmth.values:
+    PIPELINE_STARTUP.labels(_warmth)
+    PIPELINE_RUN.labels(_warmth)
+for _reason in UNUSABLE_REASONS:
+    TIMINGS_UNUSABLE.labels(_reason)
 
 _last_event = time.monotonic()
 LAST_EVENT_AGE.set_function(lambda: time.monotonic() - _last_event)
@@ -75,6 +121,31 @@ def mark_event() -> None:
     """Note that the pod stream made progress now."""
     global _last_event
     _last_event = time.monotonic()
+
+
+def observe_outcome(recorded: RecordedOutcome | None, *, unusable: str = "") -> None:
+    """Count a pod whose outcome was just recorded, once its transaction commits.
+
+    A successful run with both times goes into the histograms; an ended pod whose
+    times are `unusable` is counted by reason. A rolled-back transaction (retried by
+    the watcher) observes nothing.
+    """
+    if recorded is None:
+        return
+
+    def observe() -> None:
+        if unusable:
+            TIMINGS_UNUSABLE.labels(unusable).inc()
+        elif (
+            recorded.outcome == Placement.Outcome.SUCCEEDED
+            and recorded.warmth
+            and recorded.startup is not None
+            and recorded.run is not None
+        ):
+            PIPELINE_STARTUP.labels(recorded.warmth).observe(recorded.startup)
+            PIPELINE_RUN.labels(recorded.warmth).observe(recorded.run)
+
+    transaction.on_commit(observe)
 
 
 def serve(port: int) -> None:

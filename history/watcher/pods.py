@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from history import labels, ledger
-from history.watcher import kube, metrics
+from history.timings import Timings, pod_timings, scheduled_at
+from history.watcher import metrics, runs
 from history.watcher.handler import RECEIVED, RELISTING, Selectors, Step
 from history.watcher.options import Options
 from history.watcher.state import PODS
@@ -59,6 +60,8 @@ class Decision:
     uid: str = ""
     placement: Placement | None = None
     finish: bool = False
+    # The startup, run time and outcome this pod state carries, if any.
+    timings: Timings | None = None
     reason: str = ""
 
 
@@ -94,10 +97,12 @@ def decide(pod: Any, *, options: Options, event_type: str) -> Decision:
             bound_at=scheduled_at(status),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
-        return Decision(RECORD, uid, placement=placement, finish=ended)
+        return Decision(
+            RECORD, uid, placement=placement, finish=ended, timings=pod_timings(pod)
+        )
     if ended:
-        return Decision(FINISH, uid, finish=True)
-    return Decision(IGNORE, uid, reason="not counted yet")
+        return Decision(FINISH, uid, finish=True, timings=pod_timings(pod))
+    return Decision(IGNORE, uid, reason="not counted yet", timings=pod_timings(pod))
 
 
 def _mapping(obj: Any, key: str) -> dict[str, Any] | None:
@@ -112,18 +117,6 @@ def _mapping(obj: Any, key: str) -> dict[str, Any] | None:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def scheduled_at(status: dict[str, Any]) -> datetime | None:
-    """When the PodScheduled condition became True, if the pod says so."""
-    for condition in status.get("conditions") or []:
-        if (
-            isinstance(condition, dict)
-            and condition.get("type") == "PodScheduled"
-            and condition.get("status") == "True"
-        ):
-            return kube.parse_time(condition.get("lastTransitionTime"))
-    return None
 
 
 class PodHandler:
@@ -160,6 +153,8 @@ class PodHandler:
             outcome = RECORDED if created else DUPLICATE
         if decision.finish:
             ledger.finish_placement(pod_uid=decision.uid)
+        if decision.timings is not None:
+            runs.record_run(pod_uid=decision.uid, timings=decision.timings)
         return outcome
 
     def observe(self, step: Step) -> None:

@@ -44,7 +44,8 @@ Modules, in the order a request meets them:
 - ``watch``: the streaming watch served from the store's history;
 - ``responses``: JSON bodies, chunked streams and how a stream ends;
 - ``store``: objects, resourceVersions, history and compaction;
-- ``objects`` and ``wire``: Pod/Node/Lease builders; Status bodies and watch events.
+- ``objects`` and ``wire``: Pod/Node/Lease builders and pod statuses; Status bodies
+  and watch events.
 """
 
 from tests.fakeapi.actions import (
@@ -68,6 +69,7 @@ from tests.fakeapi.objects import (
     make_lease,
     make_node,
     make_pod,
+    pod_status,
 )
 from tests.fakeapi.routing import RecordedRequest
 from tests.fakeapi.server import FakeApiServer
@@ -105,6 +107,7 @@ __all__ = [
     "make_lease",
     "make_node",
     "make_pod",
+    "pod_status",
     "status_body",
     "too_large_rv",
 ]

@@ -1,13 +1,15 @@
 """Kubernetes objects the fake API server holds: Pods, Nodes and Leases.
 
 ``RESOURCES`` names the served resources; ``make_pod``, ``make_node`` and
-``make_lease`` build objects shaped like the ones a real cluster returns.
+``make_lease`` build objects shaped like the ones a real cluster returns, and
+``pod_status`` the status the kubelet writes as a pod pulls, runs and ends.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 DEFAULT_NAMESPACE = "ks-pipelines"
@@ -95,6 +97,114 @@ def make_pod(
         "spec": spec,
         "status": status,
     }
+
+
+def pod_status(
+    *,
+    scheduled: datetime | str | None,
+    started: datetime | str | None = None,
+    finished: datetime | str | None = None,
+    phase: str | None = None,
+    exit_code: int = 0,
+    restarted: tuple[datetime | str, datetime | str] | None = None,
+    init: tuple[datetime | str, datetime | str] | None = None,
+) -> dict[str, Any]:
+    """Return a Pod ``status`` as the kubelet writes it for one ``step`` container.
+
+    ``scheduled`` is the PodScheduled transition (None leaves the condition out);
+    the container waits (pulling) until ``started``, runs, and terminates at
+    ``finished`` with ``exit_code``. ``restarted`` = (startedAt, finishedAt) of an
+    earlier attempt kept in ``lastState``; ``init`` = the times of a workspace
+    restore init container. The phase follows from the above unless given.
+    """
+    if phase is None:
+        phase = "Pending" if started is None else "Running"
+        if finished is not None:
+            phase = "Succeeded" if exit_code == 0 else "Failed"
+    conditions = []
+    if scheduled is not None:
+        conditions.append(_condition("PodScheduled", "True", scheduled))
+    ready = started is not None and finished is None
+    since = _time(started or scheduled or CREATION_TIMESTAMP)
+    conditions += [
+        _condition("Initialized", "True", since),
+        _condition("ContainersReady", "True" if ready else "False", since),
+        _condition("Ready", "True" if ready else "False", since),
+    ]
+    image = "registry.example.com/ks/pipeline-step:1.4.2"
+    container: dict[str, Any] = {
+        "name": "step",
+        "image": image,
+        "imageID": f"{image}@sha256:{'ab' * 32}",
+        "ready": ready,
+        "restartCount": 0,
+        "started": ready,
+        "lastState": {},
+        "state": {"waiting": {"reason": "ContainerCreating"}},
+    }
+    if started is not None:
+        container["containerID"] = f"containerd://{uuid.uuid4().hex}"
+        container["state"] = {"running": {"startedAt": _time(started)}}
+    if finished is not None:
+        container["state"] = {
+            "terminated": {
+                "exitCode": exit_code,
+                "reason": "Completed" if exit_code == 0 else "Error",
+                "startedAt": _time(started) if started is not None else None,
+                "finishedAt": _time(finished),
+                "containerID": container.get("containerID", ""),
+            }
+        }
+    if restarted is not None:
+        container["restartCount"] = 1
+        container["lastState"] = {
+            "terminated": {
+                "exitCode": 1,
+                "reason": "Error",
+                "startedAt": _time(restarted[0]),
+                "finishedAt": _time(restarted[1]),
+            }
+        }
+    status: dict[str, Any] = {
+        "phase": phase,
+        "qosClass": "Burstable",
+        "conditions": conditions,
+        "hostIP": "10.0.0.10",
+        "podIP": "10.244.1.17",
+        "containerStatuses": [container],
+    }
+    if scheduled is not None:
+        status["startTime"] = _time(scheduled)
+    if init is not None:
+        status["initContainerStatuses"] = [
+            {
+                "name": "restore-workspace",
+                "image": image,
+                "ready": True,
+                "restartCount": 0,
+                "lastState": {},
+                "state": {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": _time(init[0]),
+                        "finishedAt": _time(init[1]),
+                    }
+                },
+            }
+        ]
+    return status
+
+
+def _condition(type_: str, status: str, at: datetime | str) -> dict[str, Any]:
+    return {"type": type_, "status": status, "lastTransitionTime": _time(at)}
+
+
+def _time(value: datetime | str) -> str:
+    """RFC 3339 in UTC with whole seconds, as the API server writes Time fields."""
+    if isinstance(value, str):
+        return value
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def make_node(name: str, uid: str | None = None, rv: str | int = "1") -> dict[str, Any]:

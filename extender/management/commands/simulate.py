@@ -2,6 +2,8 @@
 
 Runs `extender.scoring.simulation` (the real scoring code over a synthetic workload,
 or over the recorded ledger with --from-db) and prints a table per scenario, or JSON.
+With --from-db the measured startup and run medians by warmth (`history.outcomes`,
+whole ledger) are reported as `measured` beside the simulated ones.
 """
 
 import dataclasses
@@ -18,6 +20,8 @@ from extender.scoring.simulation import (
     run,
     with_options,
 )
+from history.models import Placement
+from history.outcomes import outcome_report
 
 HELP = {
     "nodes": "number of nodes",
@@ -46,6 +50,13 @@ HELP = {
     "load_slack": "warm: share above the mean load a node may run unpenalised",
     "seed": "random seed (same seed, same result)",
 }
+
+
+def measured_outcomes() -> dict:
+    """The ledger's startup and run figures by warmth, over all recorded history."""
+    first = Placement.objects.order_by("bound_at").values_list("bound_at", flat=True)
+    since = first.first()
+    return outcome_report(since=since)["overall"] if since else {}
 
 
 class Command(BaseCommand):
@@ -104,6 +115,8 @@ class Command(BaseCommand):
                 if overrides["nodes"] is None:
                     scenario = dataclasses.replace(scenario, nodes=max(1, used))
             reports[name] = run(scenario, strategies, workload)
+            if options["from_db"]:
+                reports[name]["measured"] = measured_outcomes()
         if options["json"]:
             body = reports if len(reports) > 1 else reports[names[0]]
             self.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
