@@ -18,12 +18,20 @@ from django.utils.html import format_html
 
 from history import corrections, queries
 from history.models import CountAdjustment, KeyNode, KeyPolicy, NodePolicy, Placement
+from history.recency import weight_now
 
 # The pipeline page lives in the extender app (it needs the scoring strategy) and is
 # routed in kssched/urls.py under this name.
 PIPELINE_URL_NAME = "admin-pipeline"
 # Filters list the busiest values only: a cluster may have thousands of nodes.
 FILTER_CHOICES = 20
+WEIGHT_NOW_HELP = (
+    "Weight now is what the warm scoring uses for a row: every placement counts 1 "
+    "and halves every KSSCHED_HALF_LIFE_DAYS days, and it never exceeds the count. "
+    "Raising a count adds the difference as placements made at the moment of the "
+    "edit; lowering it caps the weight at the new count. Below 0.1 the row is "
+    "forgotten. The seed scoring uses the count."
+)
 
 
 def pipeline_url(value: str) -> str:
@@ -132,7 +140,15 @@ def csv_cell(value) -> str:
 
 @admin.register(KeyNode)
 class KeyNodeAdmin(admin.ModelAdmin):
-    list_display = ("key", "node", "count", "last_placement", "updated", "links")
+    list_display = (
+        "key",
+        "node",
+        "count",
+        "weight",
+        "last_placement",
+        "updated",
+        "links",
+    )
     list_editable = ("count",)
     list_filter = (KeyFilter, NodeFilter, CountFilter, "last_placed_at", "updated")
     search_fields = ("key", "node")
@@ -141,7 +157,31 @@ class KeyNodeAdmin(admin.ModelAdmin):
     list_per_page = 100
     actions = ("export_csv", "reset_counts", "halve_counts")
     # Explicit, so that state the watcher maintains (decay) never enters the form.
-    fields = ("key", "node", "count", "last_placed_at", "created", "updated")
+    fieldsets = (
+        (None, {"fields": ("key", "node", "count")}),
+        ("Scoring", {"fields": ("weight",), "description": WEIGHT_NOW_HELP}),
+        (None, {"fields": ("last_placed_at", "created", "updated")}),
+    )
+
+    def get_fieldsets(self, request, obj=None):
+        # A row being added has no weight yet: it gets its count, valued now.
+        if obj is None:
+            return [self.fieldsets[0], self.fieldsets[2]]
+        return self.fieldsets
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {"weight_now_help": WEIGHT_NOW_HELP, **(extra_context or {})}
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="weight now")
+    def weight(self, obj):
+        value = weight_now(
+            count=obj.count,
+            weight=obj.decayed_weight,
+            at=obj.decayed_at,
+            now=timezone.now().timestamp(),
+        )
+        return f"{value:.2f}"
 
     @admin.display(description="last placement", ordering="last_placed_at")
     def last_placement(self, obj):
@@ -159,7 +199,7 @@ class KeyNodeAdmin(admin.ModelAdmin):
         # Key and node identify the row in the ledger; renaming would break audits.
         # The watcher owns last_placed_at.
         if obj:
-            return ("key", "node", "last_placed_at", "created", "updated")
+            return ("key", "node", "weight", "last_placed_at", "created", "updated")
         return ("last_placed_at", "created", "updated")
 
     def save_model(self, request, obj, form, change):

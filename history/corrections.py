@@ -2,36 +2,95 @@
 
 Every change is recorded as a CountAdjustment in the same transaction, so
 `audit_counts` still balances and the SQLite cache sees the change.
+
+A count raised by hand counts as placements made at the moment of the edit: raising
+it by d adds d to the row's recency weight valued now, exactly as the ledger adds
+placements, so the `warm` scoring moves with the edit. Lowering a count keeps the
+stored weight (the scoring caps a weight at its count).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from history.models import CountAdjustment, KeyNode
+from history.recency import carried_weight_sql, halvings_sql
+
+# Rows per upsert statement: 7 parameters each, far below every backend's limit.
+UPSERT_BATCH = 500
+
+
+def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> None:
+    """Add `by` (> 0) to KeyNode(key, node) for each (key, node, by), creating
+    missing rows, as placements made at `now`.
+
+    The stored weight is carried to the later of its instant and `now` and `by` is
+    added valued there: the arithmetic of `ledger.increment_key_nodes` (a row
+    without recency state starts from its count). `last_placed_at` is left alone:
+    no pod was placed. Pairs must be distinct within `added`.
+    """
+    table = KeyNode._meta.db_table
+    at = now.timestamp()
+    stored, new = f"{table}.decayed_at", "excluded.decayed_at"
+    carried = carried_weight_sql(
+        count=f"{table}.count", weight=f"{table}.decayed_weight", at=stored, later=new
+    )
+    update = (
+        f"ON CONFLICT (key, node) DO UPDATE SET "
+        f"count = {table}.count + excluded.count, "
+        f"decayed_weight = {carried} "
+        f"+ excluded.decayed_weight * {halvings_sql(stored, new)}, "
+        f"decayed_at = CASE WHEN {new} > {stored} THEN {new} ELSE {stored} END, "
+        f"updated = excluded.updated"
+    )
+    with connection.cursor() as cursor:
+        for start in range(0, len(added), UPSERT_BATCH):
+            batch = added[start : start + UPSERT_BATCH]
+            values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(batch))
+            params: list = []
+            for key, node, by in batch:
+                params += [key, node, by, float(by), at, now, now]
+            cursor.execute(
+                f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
+                f"created, updated) VALUES {values} {update}",
+                params,
+            )
 
 
 def set_key_node_count(
-    *, key_node: KeyNode, count: int, actor: str, reason: str = "admin_edit"
+    *,
+    key_node: KeyNode,
+    count: int,
+    actor: str,
+    reason: str = "admin_edit",
+    now: datetime | None = None,
 ) -> int:
     """Set a KeyNode count by hand and record the change as an adjustment.
 
     Returns the delta applied. The update is relative (`count + delta`) against the
     count read in the same transaction, so a placement recorded meanwhile is kept.
+    A raise adds the delta to the recency weight as placements made at `now`
+    (default: the moment of the edit); a cut keeps the stored weight.
     """
     if count < 0:
         raise ValueError("count must be >= 0")
+    now = now or timezone.now()
     with transaction.atomic():
         current = KeyNode.objects.filter(pk=key_node.pk).values_list("count", flat=True)
         old = current.first()
         if old is None:
             return 0
         delta = count - old
-        if delta:
+        if delta > 0:
+            _add_to_counts(added=[(key_node.key, key_node.node, delta)], now=now)
+        elif delta < 0:
             KeyNode.objects.filter(pk=key_node.pk).update(count=F("count") + delta)
+        if delta:
             CountAdjustment.objects.create(
                 key=key_node.key,
                 node=key_node.node,
@@ -43,10 +102,23 @@ def set_key_node_count(
     return delta
 
 
-def create_key_node(*, key: str, node: str, count: int, actor: str) -> KeyNode:
-    """Create a KeyNode row by hand, recording its count as an adjustment."""
+def create_key_node(
+    *, key: str, node: str, count: int, actor: str, now: datetime | None = None
+) -> KeyNode:
+    """Create a KeyNode row by hand, recording its count as an adjustment.
+
+    Its recency weight is its count valued at `now` (default: the moment of the
+    edit), as if that many placements were made then.
+    """
+    now = now or timezone.now()
     with transaction.atomic():
-        key_node = KeyNode.objects.create(key=key, node=node, count=count)
+        key_node = KeyNode.objects.create(
+            key=key,
+            node=node,
+            count=count,
+            decayed_weight=float(count),
+            decayed_at=now.timestamp(),
+        )
         if count:
             CountAdjustment.objects.create(
                 key=key,

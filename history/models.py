@@ -6,7 +6,30 @@ same transaction. CountAdjustment records every change that did not come from a
 placement (admin edits, resets, pruning), so `audit_counts` can tell drift from intent.
 """
 
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from history.labels import KEY_RULE, is_valid_key
+
+
+def validate_key(value: str) -> None:
+    """Refuse a KeyNode key that is not one segment of a pipeline label.
+
+    Such a row could never match a pod (`history.labels.is_valid_key`).
+    """
+    if is_valid_key(value):
+        return
+    if isinstance(value, str) and "-" in value:
+        message = (
+            "A key is one segment of the label: %(value)s holds '-'. Enter each "
+            "segment as its own row."
+        )
+    else:
+        message = (
+            "A key is one segment of the label: letters, digits, '_' and '.', "
+            "at most 63 characters; %(value)s is not."
+        )
+    raise ValidationError(message, code="invalid_key", params={"value": repr(value)})
 
 
 class KeyNode(models.Model):
@@ -16,12 +39,14 @@ class KeyNode(models.Model):
     engineers may edit `count` in the admin (recorded as a CountAdjustment).
     """
 
-    key = models.CharField(max_length=253)
+    key = models.CharField(
+        max_length=253, validators=[validate_key], help_text=KEY_RULE
+    )
     node = models.CharField(max_length=253)
     count = models.PositiveBigIntegerField(default=0)
     last_placed_at = models.DateTimeField(null=True, blank=True)
     # Recency state kept on write: the sum over placements of 0.5 ** (age / half-life),
-    # valued at `decayed_at` (Unix seconds). See `history.services.decayed_weight`.
+    # valued at `decayed_at` (Unix seconds). See `history.recency`.
     decayed_weight = models.FloatField(default=0.0)
     decayed_at = models.FloatField(default=0.0)
     created = models.DateTimeField(auto_now_add=True)
