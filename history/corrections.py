@@ -11,7 +11,7 @@ stored weight (the scoring caps a weight at its count).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -23,6 +23,10 @@ from history.recency import carried_weight_sql, halvings_sql
 
 # Rows per upsert statement: 7 parameters each, far below every backend's limit.
 UPSERT_BATCH = 500
+# Keys per query when reading the current counts of many pairs.
+READ_BATCH = 500
+# Adjustment rows per INSERT in bulk corrections (6 parameters each).
+ADJUSTMENT_BATCH = 500
 
 
 def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> None:
@@ -36,6 +40,8 @@ def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> N
     """
     table = KeyNode._meta.db_table
     at = now.timestamp()
+    # Stored as the ORM stores it (SQLite: naive UTC text).
+    stamp = connection.ops.adapt_datetimefield_value(now)
     stored, new = f"{table}.decayed_at", "excluded.decayed_at"
     carried = carried_weight_sql(
         count=f"{table}.count", weight=f"{table}.decayed_weight", at=stored, later=new
@@ -54,7 +60,7 @@ def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> N
             values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(batch))
             params: list = []
             for key, node, by in batch:
-                params += [key, node, by, float(by), at, now, now]
+                params += [key, node, by, float(by), at, stamp, stamp]
             cursor.execute(
                 f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
                 f"created, updated) VALUES {values} {update}",
@@ -219,3 +225,114 @@ def halve_key_nodes(
         reason=CountAdjustment.Reason.HALVED,
         target=lambda old: old // 2,
     )
+
+
+def add_key_node_counts(
+    *,
+    counts: Mapping[tuple[str, str], int],
+    actor: str,
+    reason: str,
+    now: datetime | None = None,
+) -> int:
+    """Add counts to many (key, node) pairs at once, creating missing rows.
+
+    Each count (> 0) counts as that many placements made at `now`, as an edit that
+    raises a count does, and is recorded as one adjustment per pair; all in one
+    transaction. Returns the number of pairs changed.
+    """
+    now = now or timezone.now()
+    added = [(key, node, by) for (key, node), by in counts.items() if by > 0]
+    with transaction.atomic():
+        _add_to_counts(added=added, now=now)
+        _record_adjustments(deltas=added, actor=actor, reason=reason, now=now)
+    return len(added)
+
+
+def set_key_node_counts(
+    *,
+    counts: Mapping[tuple[str, str], int],
+    actor: str,
+    reason: str,
+    now: datetime | None = None,
+) -> int:
+    """Set many (key, node) counts at once, creating missing rows.
+
+    As for single edits, a raise counts as placements made at `now` and a cut keeps
+    the stored weight; each change is recorded as one adjustment; all in one
+    transaction, with the rows locked (PostgreSQL) or the write lock held (SQLite
+    IMMEDIATE) between the read and the relative update. Returns the number of
+    pairs changed.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        current = _current_counts(keys={key for key, _ in counts})
+        deltas = [
+            (key, node, count - current.get((key, node), 0))
+            for (key, node), count in counts.items()
+        ]
+        raised = [delta for delta in deltas if delta[2] > 0]
+        cut = [delta for delta in deltas if delta[2] < 0]
+        _add_to_counts(added=raised, now=now)
+        if cut:
+            with connection.cursor() as cursor:
+                cursor.executemany(
+                    f"UPDATE {KeyNode._meta.db_table} SET count = count + %s, "
+                    f"updated = %s WHERE key = %s AND node = %s",
+                    [
+                        (
+                            delta,
+                            connection.ops.adapt_datetimefield_value(now),
+                            key,
+                            node,
+                        )
+                        for key, node, delta in cut
+                    ],
+                )
+        _record_adjustments(deltas=raised + cut, actor=actor, reason=reason, now=now)
+    return len(raised) + len(cut)
+
+
+def current_counts(*, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """The stored count of each of `pairs` that has a row (read only, no lock)."""
+    wanted = set(pairs)
+    found = _current_counts(keys={key for key, _ in wanted}, lock=False)
+    return {pair: count for pair, count in found.items() if pair in wanted}
+
+
+def _current_counts(*, keys: set[str], lock: bool = True) -> dict[tuple[str, str], int]:
+    """{(key, node): count} for every row of `keys`, locked when `lock`."""
+    ordered = sorted(keys)
+    rows = KeyNode.objects.select_for_update() if lock else KeyNode.objects.all()
+    found: dict[tuple[str, str], int] = {}
+    for start in range(0, len(ordered), READ_BATCH):
+        chunk = ordered[start : start + READ_BATCH]
+        for key, node, count in rows.filter(key__in=chunk).values_list(
+            "key", "node", "count"
+        ):
+            found[key, node] = count
+    return found
+
+
+def _record_adjustments(
+    *,
+    deltas: Sequence[tuple[str, str, int]],
+    actor: str,
+    reason: str,
+    now: datetime,
+) -> None:
+    """Insert one adjustment per (key, node, delta), many rows per statement (the
+    ORM's bulk_create spends most of a large import preparing values)."""
+    table = CountAdjustment._meta.db_table
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        for start in range(0, len(deltas), ADJUSTMENT_BATCH):
+            batch = deltas[start : start + ADJUSTMENT_BATCH]
+            values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(batch))
+            params: list = []
+            for key, node, delta in batch:
+                params += [key, node, delta, reason, actor, stamp]
+            cursor.execute(
+                f"INSERT INTO {table} (key, node, delta, reason, actor, created) "
+                f"VALUES {values}",
+                params,
+            )
