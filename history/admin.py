@@ -17,7 +17,14 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from history import corrections, queries
-from history.models import CountAdjustment, KeyNode, KeyPolicy, NodePolicy, Placement
+from history.models import (
+    CountAdjustment,
+    HistoryImport,
+    KeyNode,
+    KeyPolicy,
+    NodePolicy,
+    Placement,
+)
 from history.recency import weight_now
 
 # The pipeline page lives in the extender app (it needs the scoring strategy) and is
@@ -326,6 +333,25 @@ class CountAdjustmentAdmin(ReadOnlyAdmin):
     list_filter = ("reason", "created")
     search_fields = ("key", "node", "actor")
     date_hierarchy = "created"
+
+
+@admin.register(HistoryImport)
+class HistoryImportAdmin(ReadOnlyAdmin):
+    """Imports of the Go ks-scheduler's history (`import_history`, `migrate`)."""
+
+    list_display = (
+        "imported_at",
+        "source",
+        "mode",
+        "rows",
+        "pairs",
+        "changed",
+        "total",
+        "skipped",
+        "actor",
+    )
+    list_filter = ("mode",)
+    search_fields = ("source", "sha256")
 
 
 @admin.register(KeyPolicy)

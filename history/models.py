@@ -129,6 +129,7 @@ class CountAdjustment(models.Model):
         DELETED = "deleted", "row deleted"
         PRUNED = "pruned", "ledger rows pruned"
         NODE_REPLACED = "node_replaced", "node replaced"
+        IMPORTED = "imported", "imported from the Go ks-scheduler"
 
     key = models.CharField(max_length=253)
     node = models.CharField(max_length=253)
@@ -143,6 +144,43 @@ class CountAdjustment(models.Model):
 
     def __str__(self):
         return f"{self.key} on {self.node}: {self.delta:+d} ({self.reason})"
+
+
+class HistoryImport(models.Model):
+    """One import of the Go ks-scheduler's history (its `key_node` table).
+
+    Written by `import_history` and by the automatic import after `migrate`, in the
+    same transaction as the counts (CountAdjustment reason `imported`). `sha256`
+    identifies what was imported (the summed pairs), so importing the same history
+    again changes nothing.
+    """
+
+    class Mode(models.TextChoices):
+        ADD = "add", "added to the existing counts"
+        REPLACE = "replace", "set the imported pairs to the old counts"
+
+    source = models.CharField(
+        max_length=1024, help_text="The file, or the table in this database."
+    )
+    sha256 = models.CharField(
+        max_length=64, db_index=True, help_text="Hash of the imported pairs."
+    )
+    mode = models.CharField(max_length=8, choices=Mode.choices)
+    rows = models.PositiveBigIntegerField(help_text="Rows read from the old table.")
+    pairs = models.PositiveBigIntegerField(help_text="(key, node) pairs imported.")
+    changed = models.PositiveBigIntegerField(help_text="Pairs whose count changed.")
+    total = models.PositiveBigIntegerField(help_text="Sum of the imported counts.")
+    skipped = models.PositiveBigIntegerField(help_text="Rows left out as unusable.")
+    skipped_reasons = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=150, blank=True)
+    imported_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "history import"
+        ordering = ["-imported_at"]
+
+    def __str__(self):
+        return f"import #{self.pk} of {self.source} ({self.mode})"
 
 
 class WatchState(models.Model):
