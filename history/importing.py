@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
+from typing import cast
 
 import orjson
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
@@ -42,6 +43,9 @@ OLD_COLUMNS = ("id", "podkey", "nodename", "count")
 DATABASE_SOURCE = f"{OLD_TABLE} table in ks-scheduler's own database"
 # The largest count a KeyNode row holds (a signed 64-bit integer on PostgreSQL).
 MAX_COUNT = 2**63 - 1
+# The lengths of KeyNode.node and HistoryImport.source.
+NODE_MAX_LENGTH = 253
+SOURCE_MAX_LENGTH = 1024
 # Serialises imports on PostgreSQL (several replicas run `migrate` at once); SQLite
 # serialises writers already.
 ADVISORY_LOCK = 0x6B73_696D_706F_7274
@@ -116,8 +120,9 @@ def summarize_old_rows(rows: Iterable[Sequence[object]]) -> OldHistory:
         if reason:
             skipped[reason] += 1
             continue
-        pair = (key, node)
-        counts[pair] = counts.get(pair, 0) + count  # type: ignore[operator]
+        # _unusable proved the types.
+        pair = (cast(str, key), cast(str, node))
+        counts[pair] = counts.get(pair, 0) + cast(int, count)
         rows_per_pair[pair] += 1
     for pair, total in list(counts.items()):
         if total > MAX_COUNT:
@@ -136,10 +141,7 @@ def _unusable(key: object, node: object, count: object) -> str | None:
         return BAD_KEY
     if node is None or node == "":
         return NO_NODE
-    if (
-        not isinstance(node, str)
-        or len(node) > KeyNode._meta.get_field("node").max_length
-    ):
+    if not isinstance(node, str) or len(node) > NODE_MAX_LENGTH:
         return BAD_NODE
     if count is None:
         return NO_COUNT
@@ -260,7 +262,7 @@ def import_old_history(
             now=now,
         )
         record = HistoryImport.objects.create(
-            source=source[: HistoryImport._meta.get_field("source").max_length],
+            source=source[:SOURCE_MAX_LENGTH],
             sha256=history.sha256,
             mode=mode,
             rows=history.rows,

@@ -17,6 +17,7 @@ from django.utils import timezone
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.audit import audit_counts
 from history.corrections import create_key_node
+from history.importing import NODE_MAX_LENGTH
 from history.models import CountAdjustment, HistoryImport, KeyNode
 from tests.helpers import REPO, database_env, place
 
@@ -131,6 +132,15 @@ def test_unusable_rows_are_skipped_and_reported_by_reason(tmp_path):
     assert HistoryImport.objects.get().skipped_reasons == expected
     for reason, rows in expected.items():
         assert f"  skipped {rows}: {reason}\n" in output
+
+
+def test_node_names_up_to_the_column_length_are_kept(tmp_path):
+    assert NODE_MAX_LENGTH == KeyNode._meta.get_field("node").max_length
+    longest, too_long = "n" * NODE_MAX_LENGTH, "n" * (NODE_MAX_LENGTH + 1)
+    rows = [("java", longest, 2), ("java", too_long, 3)]
+    output = run_import(old_tool_file(tmp_path / "scheduler.db", rows))
+    assert counts() == {("java", longest): 2}
+    assert "  skipped 1: node name is not text of at most 253 characters\n" in output
 
 
 def test_the_old_file_is_opened_read_only_and_never_changed(tmp_path):
