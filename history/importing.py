@@ -238,18 +238,25 @@ def import_old_history(
     (equal `sha256`) was imported before, nothing is written unless `again`.
     A dry run writes nothing and reports what would change.
     """
+    if mode not in HistoryImport.Mode.values:
+        raise ValueError(f"unknown import mode {mode!r}")
     now = now or timezone.now()
+    if dry_run:
+        # Reads only: no transaction, so SQLite's write lock is not taken.
+        previous = HistoryImport.objects.filter(sha256=history.sha256).first()
+        if previous and not again:
+            return ImportOutcome(record=None, previous=previous, changed=0)
+        return ImportOutcome(
+            record=None, previous=previous, changed=_would_change(history, mode)
+        )
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK])
+        # Checked under the lock, so two imports of one history cannot both pass.
         previous = HistoryImport.objects.filter(sha256=history.sha256).first()
         if previous and not again:
             return ImportOutcome(record=None, previous=previous, changed=0)
-        if dry_run:
-            return ImportOutcome(
-                record=None, previous=previous, changed=_would_change(history, mode)
-            )
         write = (
             corrections.add_key_node_counts
             if mode == HistoryImport.Mode.ADD

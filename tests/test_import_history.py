@@ -17,9 +17,13 @@ from django.utils import timezone
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.audit import audit_counts
 from history.corrections import create_key_node
-from history.importing import NODE_MAX_LENGTH
+from history.importing import (
+    NODE_MAX_LENGTH,
+    import_old_history,
+    read_old_history_file,
+)
 from history.models import CountAdjustment, HistoryImport, KeyNode
-from tests.helpers import REPO, database_env, place
+from tests.helpers import REPO, database_env, place, run_concurrently
 
 pytestmark = pytest.mark.django_db
 
@@ -187,6 +191,20 @@ def test_a_second_run_on_the_same_history_changes_nothing(tmp_path):
     shuffled = old_tool_file(tmp_path / "copy.db", list(reversed(WILD_ROWS)))
     assert "Already imported" in run_import(shuffled, "--mode", "replace")
     assert (counts(), adjustments(), HistoryImport.objects.count()) == first
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_imports_of_one_history_at_once_write_it_once(tmp_path):
+    # Several replicas run `migrate` at once on PostgreSQL.
+    history = read_old_history_file(old_tool_file(tmp_path / "s.db", large_rows(2000)))
+    errors = run_concurrently(
+        4,
+        lambda: import_old_history(history=history, source="s.db", actor="t"),
+    )
+    assert errors == []
+    assert HistoryImport.objects.count() == 1
+    assert sum(counts().values()) == history.total
+    assert audit_counts()[1] == []
 
 
 def test_again_imports_the_same_history_on_purpose(tmp_path):
