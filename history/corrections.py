@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+import orjson
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -21,12 +22,28 @@ from django.utils import timezone
 from history.models import CountAdjustment, KeyNode
 from history.recency import carried_weight_sql, halvings_sql
 
-# Rows per upsert statement: 7 parameters each, far below every backend's limit.
-UPSERT_BATCH = 500
+# Rows per statement in bulk corrections. The rows travel as one parameter per
+# column (an array on PostgreSQL, JSON on SQLite), so the statement's text stays
+# short whatever the number of rows.
+BULK_ROWS = 10_000
 # Keys per query when reading the current counts of many pairs.
 READ_BATCH = 500
-# Adjustment rows per INSERT in bulk corrections (6 parameters each).
-ADJUSTMENT_BATCH = 500
+
+
+def _rows_table(rows: Sequence[tuple[str, str, int]]) -> tuple[str, list]:
+    """SQL for `rows` of (key, node, number) as a table r(k, n, c), and its
+    parameters: three arrays on PostgreSQL, one JSON list on SQLite."""
+    if connection.vendor == "postgresql":
+        keys, nodes, numbers = zip(*rows, strict=True) if rows else ((), (), ())
+        return (
+            "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS r(k, n, c)",
+            [list(keys), list(nodes), list(numbers)],
+        )
+    return (
+        "SELECT json_extract(value, '$[0]') AS k, json_extract(value, '$[1]') AS n, "
+        "json_extract(value, '$[2]') AS c FROM json_each(%s)",
+        [orjson.dumps(list(rows)).decode()],
+    )
 
 
 def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> None:
@@ -55,16 +72,16 @@ def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> N
         f"updated = excluded.updated"
     )
     with connection.cursor() as cursor:
-        for start in range(0, len(added), UPSERT_BATCH):
-            batch = added[start : start + UPSERT_BATCH]
-            values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(batch))
-            params: list = []
-            for key, node, by in batch:
-                params += [key, node, by, float(by), at, stamp, stamp]
+        for start in range(0, len(added), BULK_ROWS):
+            rows, params = _rows_table(added[start : start + BULK_ROWS])
+            # `WHERE true`: SQLite needs it to read ON CONFLICT after a SELECT.
             cursor.execute(
                 f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
-                f"created, updated) VALUES {values} {update}",
-                params,
+                f"created, updated) "
+                f"SELECT r.k, r.n, r.c, CAST(r.c AS DOUBLE PRECISION), "
+                f"CAST(%s AS DOUBLE PRECISION), %s, %s FROM ({rows}) AS r "
+                f"WHERE true {update}",
+                [at, stamp, stamp, *params],
             )
 
 
@@ -273,21 +290,7 @@ def set_key_node_counts(
         raised = [delta for delta in deltas if delta[2] > 0]
         cut = [delta for delta in deltas if delta[2] < 0]
         _add_to_counts(added=raised, now=now)
-        if cut:
-            with connection.cursor() as cursor:
-                cursor.executemany(
-                    f"UPDATE {KeyNode._meta.db_table} SET count = count + %s, "
-                    f"updated = %s WHERE key = %s AND node = %s",
-                    [
-                        (
-                            delta,
-                            connection.ops.adapt_datetimefield_value(now),
-                            key,
-                            node,
-                        )
-                        for key, node, delta in cut
-                    ],
-                )
+        _cut_counts(cut=cut, now=now)
         _record_adjustments(deltas=raised + cut, actor=actor, reason=reason, now=now)
     return len(raised) + len(cut)
 
@@ -313,6 +316,20 @@ def _current_counts(*, keys: set[str], lock: bool = True) -> dict[tuple[str, str
     return found
 
 
+def _cut_counts(*, cut: Sequence[tuple[str, str, int]], now: datetime) -> None:
+    """Add each negative delta to its row's count; the stored weight is kept."""
+    table = KeyNode._meta.db_table
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        for start in range(0, len(cut), BULK_ROWS):
+            rows, params = _rows_table(cut[start : start + BULK_ROWS])
+            cursor.execute(
+                f"UPDATE {table} SET count = {table}.count + r.c, updated = %s "
+                f"FROM ({rows}) AS r WHERE {table}.key = r.k AND {table}.node = r.n",
+                [stamp, *params],
+            )
+
+
 def _record_adjustments(
     *,
     deltas: Sequence[tuple[str, str, int]],
@@ -325,14 +342,10 @@ def _record_adjustments(
     table = CountAdjustment._meta.db_table
     stamp = connection.ops.adapt_datetimefield_value(now)
     with connection.cursor() as cursor:
-        for start in range(0, len(deltas), ADJUSTMENT_BATCH):
-            batch = deltas[start : start + ADJUSTMENT_BATCH]
-            values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(batch))
-            params: list = []
-            for key, node, delta in batch:
-                params += [key, node, delta, reason, actor, stamp]
+        for start in range(0, len(deltas), BULK_ROWS):
+            rows, params = _rows_table(deltas[start : start + BULK_ROWS])
             cursor.execute(
                 f"INSERT INTO {table} (key, node, delta, reason, actor, created) "
-                f"VALUES {values}",
-                params,
+                f"SELECT r.k, r.n, r.c, %s, %s, %s FROM ({rows}) AS r",
+                [reason, actor, stamp, *params],
             )
