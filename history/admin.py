@@ -21,7 +21,15 @@ from django.utils.html import format_html
 
 from history import corrections, queries
 from history.exceptions import WriteLockTimeoutError
-from history.models import CountAdjustment, KeyNode, KeyPolicy, NodePolicy, Placement
+from history.models import (
+    CountAdjustment,
+    HistoryImport,
+    KeyNode,
+    KeyPolicy,
+    NodePolicy,
+    Placement,
+)
+from history.recency import weight_now
 from history.validation import nul_message, nul_parameter
 from history.writelock import run_write
 
@@ -32,6 +40,13 @@ logger = logging.getLogger(__name__)
 PIPELINE_URL_NAME = "admin-pipeline"
 # Filters list the busiest values only: a cluster may have thousands of nodes.
 FILTER_CHOICES = 20
+WEIGHT_NOW_HELP = (
+    "Weight now is what the warm scoring uses for a row: every placement counts 1 "
+    "and halves every KSSCHED_HALF_LIFE_DAYS days, and it never exceeds the count. "
+    "Raising a count adds the difference as placements made at the moment of the "
+    "edit; lowering it caps the weight at the new count. Below 0.1 the row is "
+    "forgotten. The seed scoring uses the count."
+)
 
 
 def pipeline_url(value: str) -> str:
@@ -234,7 +249,15 @@ def csv_cell(value) -> str:
 
 @admin.register(KeyNode)
 class KeyNodeAdmin(HistoryModelAdmin):
-    list_display = ("key", "node", "count", "last_placement", "updated", "links")
+    list_display = (
+        "key",
+        "node",
+        "count",
+        "weight",
+        "last_placement",
+        "updated",
+        "links",
+    )
     list_editable = ("count",)
     list_filter = (KeyFilter, NodeFilter, CountFilter, "last_placed_at", "updated")
     search_fields = ("key", "node")
@@ -243,7 +266,31 @@ class KeyNodeAdmin(HistoryModelAdmin):
     list_per_page = 100
     actions = ("export_csv", "reset_counts", "halve_counts")
     # Explicit, so that state the watcher maintains (decay) never enters the form.
-    fields = ("key", "node", "count", "last_placed_at", "created", "updated")
+    fieldsets = (
+        (None, {"fields": ("key", "node", "count")}),
+        ("Scoring", {"fields": ("weight",), "description": WEIGHT_NOW_HELP}),
+        (None, {"fields": ("last_placed_at", "created", "updated")}),
+    )
+
+    def get_fieldsets(self, request, obj=None):
+        # A row being added has no weight yet: it gets its count, valued now.
+        if obj is None:
+            return [self.fieldsets[0], self.fieldsets[2]]
+        return self.fieldsets
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {"weight_now_help": WEIGHT_NOW_HELP, **(extra_context or {})}
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="weight now")
+    def weight(self, obj):
+        value = weight_now(
+            count=obj.count,
+            weight=obj.decayed_weight,
+            at=obj.decayed_at,
+            now=timezone.now().timestamp(),
+        )
+        return f"{value:.2f}"
 
     @admin.display(description="last placement", ordering="last_placed_at")
     def last_placement(self, obj):
@@ -261,7 +308,7 @@ class KeyNodeAdmin(HistoryModelAdmin):
         # Key and node identify the row in the ledger; renaming would break audits.
         # The watcher owns last_placed_at.
         if obj:
-            return ("key", "node", "last_placed_at", "created", "updated")
+            return ("key", "node", "weight", "last_placed_at", "created", "updated")
         return ("last_placed_at", "created", "updated")
 
     def save_model(self, request, obj, form, change):
@@ -388,6 +435,25 @@ class CountAdjustmentAdmin(ReadOnlyAdmin):
     list_filter = ("reason", "created")
     search_fields = ("key", "node", "actor")
     date_hierarchy = "created"
+
+
+@admin.register(HistoryImport)
+class HistoryImportAdmin(ReadOnlyAdmin):
+    """Imports of the Go ks-scheduler's history (`import_history`, `migrate`)."""
+
+    list_display = (
+        "imported_at",
+        "source",
+        "mode",
+        "rows",
+        "pairs",
+        "changed",
+        "total",
+        "skipped",
+        "actor",
+    )
+    list_filter = ("mode",)
+    search_fields = ("source", "sha256")
 
 
 @admin.register(KeyPolicy)

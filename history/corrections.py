@@ -2,16 +2,87 @@
 
 Every change is recorded as a CountAdjustment in the same transaction, so
 `audit_counts` still balances and the SQLite cache sees the change.
+
+A count raised by hand counts as placements made at the moment of the edit: raising
+it by d adds d to the row's recency weight valued now, exactly as the ledger adds
+placements, so the `warm` scoring moves with the edit. Lowering a count keeps the
+stored weight (the scoring caps a weight at its count).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 
-from django.db import transaction
+import orjson
+from django.db import connection, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from history.models import MAX_COUNT, CountAdjustment, KeyNode
+from history.recency import carried_weight_sql, halvings_sql
+
+# Rows per statement in bulk corrections. The rows travel as one parameter per
+# column (an array on PostgreSQL, JSON on SQLite), so the statement's text stays
+# short whatever the number of rows.
+BULK_ROWS = 10_000
+# Keys per query when reading the current counts of many pairs.
+READ_BATCH = 500
+
+
+def _rows_table(rows: Sequence[tuple[str, str, int]]) -> tuple[str, list]:
+    """SQL for `rows` of (key, node, number) as a table r(k, n, c), and its
+    parameters: three arrays on PostgreSQL, one JSON list on SQLite."""
+    if connection.vendor == "postgresql":
+        keys, nodes, numbers = zip(*rows, strict=True) if rows else ((), (), ())
+        return (
+            "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS r(k, n, c)",
+            [list(keys), list(nodes), list(numbers)],
+        )
+    return (
+        "SELECT json_extract(value, '$[0]') AS k, json_extract(value, '$[1]') AS n, "
+        "json_extract(value, '$[2]') AS c FROM json_each(%s)",
+        [orjson.dumps(list(rows)).decode()],
+    )
+
+
+def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> None:
+    """Add `by` (> 0) to KeyNode(key, node) for each (key, node, by), creating
+    missing rows, as placements made at `now`.
+
+    The stored weight is carried to the later of its instant and `now` and `by` is
+    added valued there: the arithmetic of `ledger.increment_key_nodes` (a row
+    without recency state starts from its count). `last_placed_at` is left alone:
+    no pod was placed. Pairs must be distinct within `added`.
+    """
+    table = KeyNode._meta.db_table
+    at = now.timestamp()
+    # Stored as the ORM stores it (SQLite: naive UTC text).
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    stored, new = f"{table}.decayed_at", "excluded.decayed_at"
+    carried = carried_weight_sql(
+        count=f"{table}.count", weight=f"{table}.decayed_weight", at=stored, later=new
+    )
+    update = (
+        f"ON CONFLICT (key, node) DO UPDATE SET "
+        f"count = {table}.count + excluded.count, "
+        f"decayed_weight = {carried} "
+        f"+ excluded.decayed_weight * {halvings_sql(stored, new)}, "
+        f"decayed_at = CASE WHEN {new} > {stored} THEN {new} ELSE {stored} END, "
+        f"updated = excluded.updated"
+    )
+    with connection.cursor() as cursor:
+        for start in range(0, len(added), BULK_ROWS):
+            rows, params = _rows_table(added[start : start + BULK_ROWS])
+            # `WHERE true`: SQLite needs it to read ON CONFLICT after a SELECT.
+            cursor.execute(
+                f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
+                f"created, updated) "
+                f"SELECT r.k, r.n, r.c, CAST(r.c AS DOUBLE PRECISION), "
+                f"CAST(%s AS DOUBLE PRECISION), %s, %s FROM ({rows}) AS r "
+                f"WHERE true {update}",
+                [at, stamp, stamp, *params],
+            )
 
 
 def check_count(count: int) -> None:
@@ -23,22 +94,33 @@ def check_count(count: int) -> None:
 
 
 def set_key_node_count(
-    *, key_node: KeyNode, count: int, actor: str, reason: str = "admin_edit"
+    *,
+    key_node: KeyNode,
+    count: int,
+    actor: str,
+    reason: str = "admin_edit",
+    now: datetime | None = None,
 ) -> int:
     """Set a KeyNode count by hand and record the change as an adjustment.
 
     Returns the delta applied. The update is relative (`count + delta`) against the
     count read in the same transaction, so a placement recorded meanwhile is kept.
+    A raise adds the delta to the recency weight as placements made at `now`
+    (default: the moment of the edit); a cut keeps the stored weight.
     """
     check_count(count)
+    now = now or timezone.now()
     with transaction.atomic():
         current = KeyNode.objects.filter(pk=key_node.pk).values_list("count", flat=True)
         old = current.first()
         if old is None:
             return 0
         delta = count - old
-        if delta:
+        if delta > 0:
+            _add_to_counts(added=[(key_node.key, key_node.node, delta)], now=now)
+        elif delta < 0:
             KeyNode.objects.filter(pk=key_node.pk).update(count=F("count") + delta)
+        if delta:
             CountAdjustment.objects.create(
                 key=key_node.key,
                 node=key_node.node,
@@ -50,11 +132,24 @@ def set_key_node_count(
     return delta
 
 
-def create_key_node(*, key: str, node: str, count: int, actor: str) -> KeyNode:
-    """Create a KeyNode row by hand, recording its count as an adjustment."""
+def create_key_node(
+    *, key: str, node: str, count: int, actor: str, now: datetime | None = None
+) -> KeyNode:
+    """Create a KeyNode row by hand, recording its count as an adjustment.
+
+    Its recency weight is its count valued at `now` (default: the moment of the
+    edit), as if that many placements were made then.
+    """
     check_count(count)
+    now = now or timezone.now()
     with transaction.atomic():
-        key_node = KeyNode.objects.create(key=key, node=node, count=count)
+        key_node = KeyNode.objects.create(
+            key=key,
+            node=node,
+            count=count,
+            decayed_weight=float(count),
+            decayed_at=now.timestamp(),
+        )
         if count:
             CountAdjustment.objects.create(
                 key=key,
@@ -159,3 +254,110 @@ def halve_key_nodes(
         reason=CountAdjustment.Reason.HALVED,
         target=lambda old: old // 2,
     )
+
+
+def add_key_node_counts(
+    *,
+    counts: Mapping[tuple[str, str], int],
+    actor: str,
+    reason: str,
+    now: datetime | None = None,
+) -> int:
+    """Add counts to many (key, node) pairs at once, creating missing rows.
+
+    Each count (> 0) counts as that many placements made at `now`, as an edit that
+    raises a count does, and is recorded as one adjustment per pair; all in one
+    transaction. Returns the number of pairs changed.
+    """
+    now = now or timezone.now()
+    added = [(key, node, by) for (key, node), by in counts.items() if by > 0]
+    with transaction.atomic():
+        _add_to_counts(added=added, now=now)
+        _record_adjustments(deltas=added, actor=actor, reason=reason, now=now)
+    return len(added)
+
+
+def set_key_node_counts(
+    *,
+    counts: Mapping[tuple[str, str], int],
+    actor: str,
+    reason: str,
+    now: datetime | None = None,
+) -> int:
+    """Set many (key, node) counts at once, creating missing rows.
+
+    As for single edits, a raise counts as placements made at `now` and a cut keeps
+    the stored weight; each change is recorded as one adjustment; all in one
+    transaction, with the rows locked (PostgreSQL) or the write lock held (SQLite
+    IMMEDIATE) between the read and the relative update. Returns the number of
+    pairs changed.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        current = _current_counts(keys={key for key, _ in counts})
+        deltas = [
+            (key, node, count - current.get((key, node), 0))
+            for (key, node), count in counts.items()
+        ]
+        raised = [delta for delta in deltas if delta[2] > 0]
+        cut = [delta for delta in deltas if delta[2] < 0]
+        _add_to_counts(added=raised, now=now)
+        _cut_counts(cut=cut, now=now)
+        _record_adjustments(deltas=raised + cut, actor=actor, reason=reason, now=now)
+    return len(raised) + len(cut)
+
+
+def current_counts(*, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """The stored count of each of `pairs` that has a row (read only, no lock)."""
+    wanted = set(pairs)
+    found = _current_counts(keys={key for key, _ in wanted}, lock=False)
+    return {pair: count for pair, count in found.items() if pair in wanted}
+
+
+def _current_counts(*, keys: set[str], lock: bool = True) -> dict[tuple[str, str], int]:
+    """{(key, node): count} for every row of `keys`, locked when `lock`."""
+    ordered = sorted(keys)
+    rows = KeyNode.objects.select_for_update() if lock else KeyNode.objects.all()
+    found: dict[tuple[str, str], int] = {}
+    for start in range(0, len(ordered), READ_BATCH):
+        chunk = ordered[start : start + READ_BATCH]
+        for key, node, count in rows.filter(key__in=chunk).values_list(
+            "key", "node", "count"
+        ):
+            found[key, node] = count
+    return found
+
+
+def _cut_counts(*, cut: Sequence[tuple[str, str, int]], now: datetime) -> None:
+    """Add each negative delta to its row's count; the stored weight is kept."""
+    table = KeyNode._meta.db_table
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        for start in range(0, len(cut), BULK_ROWS):
+            rows, params = _rows_table(cut[start : start + BULK_ROWS])
+            cursor.execute(
+                f"UPDATE {table} SET count = {table}.count + r.c, updated = %s "
+                f"FROM ({rows}) AS r WHERE {table}.key = r.k AND {table}.node = r.n",
+                [stamp, *params],
+            )
+
+
+def _record_adjustments(
+    *,
+    deltas: Sequence[tuple[str, str, int]],
+    actor: str,
+    reason: str,
+    now: datetime,
+) -> None:
+    """Insert one adjustment per (key, node, delta), many rows per statement (the
+    ORM's bulk_create spends most of a large import preparing values)."""
+    table = CountAdjustment._meta.db_table
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        for start in range(0, len(deltas), BULK_ROWS):
+            rows, params = _rows_table(deltas[start : start + BULK_ROWS])
+            cursor.execute(
+                f"INSERT INTO {table} (key, node, delta, reason, actor, created) "
+                f"SELECT r.k, r.n, r.c, %s, %s, %s FROM ({rows}) AS r",
+                [reason, actor, stamp, *params],
+            )

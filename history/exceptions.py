@@ -20,3 +20,8 @@ class KubeConfigError(Exception):
 
 class WatcherFatalError(Exception):
     """A fault the watcher cannot recover from by retrying (missing schema...)."""
+
+
+class OldHistoryError(Exception):
+    """The Go ks-scheduler's history cannot be read: not SQLite, no `key_node`
+    table, or a table with other columns. Nothing was written."""

@@ -19,7 +19,7 @@ from history.labels import split_pipeline_label
 from history.models import MAX_COUNT, KeyNode, Placement
 from history.reader.model import rows_that_count
 from history.reader.sql import node_rows, replaced_since
-from history.recency import halvings_sql
+from history.recency import carried_weight_sql, halvings_sql
 
 
 def increment_key_nodes(
@@ -38,7 +38,8 @@ def increment_key_nodes(
     The same statement keeps the recency state (`decayed_weight` valued at
     `decayed_at`) exact: the stored weight and the new one are both carried to the
     later of the two instants, halving once per half-life, then added (see
-    `accumulate_decayed`, which does the same in Python for the simulator).
+    `accumulate_decayed`, which does the same in Python for the simulator). A row
+    without recency state (made by hand, `decayed_at` 0) starts from its count.
 
     Callers write a ledger row (`record_placement`) or an adjustment in the same
     transaction: the SQLite cache learns of count changes from those rows only, and
@@ -57,13 +58,16 @@ def increment_key_nodes(
     for key in unique_keys:
         params += [key, node, by, float(by), at, now, now, now]
     stored, new = f"{table}.decayed_at", "excluded.decayed_at"
+    carried = carried_weight_sql(
+        count=f"{table}.count", weight=f"{table}.decayed_weight", at=stored, later=new
+    )
     sql = (
         f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
         f"last_placed_at, created, updated) "
         f"VALUES {rows} "
         f"ON CONFLICT (key, node) DO UPDATE SET "
         f"count = {table}.count + excluded.count, "
-        f"decayed_weight = {table}.decayed_weight * {halvings_sql(new, stored)} "
+        f"decayed_weight = {carried} "
         f"+ excluded.decayed_weight * {halvings_sql(stored, new)}, "
         f"decayed_at = CASE WHEN {new} > {stored} THEN {new} ELSE {stored} END, "
         f"last_placed_at = excluded.last_placed_at, updated = excluded.updated"

@@ -6,16 +6,39 @@ same transaction. CountAdjustment records every change that did not come from a
 placement (admin edits, resets, pruning), so `audit_counts` can tell drift from intent.
 """
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
+
+from history.labels import KEY_RULE, is_valid_key
 
 # The largest count a person may write (admin forms, list edits). A billion pods of
 # one key on one node is beyond any real cluster, and it leaves the watcher's later
 # increments (+1 per pod) about 9 * 10**18 below the 64-bit integer limit of both
 # databases: PostgreSQL's bigint raises "out of range" past 2**63 - 1, and SQLite
 # silently turns the value into an inexact float. Counts above 999 999 already
-# score like 999 999 (see history.services), so nothing is lost.
+# score like 999 999 (see extender.scoring.rules), so nothing is lost.
 MAX_COUNT = 10**9
+
+
+def validate_key(value: str) -> None:
+    """Refuse a KeyNode key that is not one segment of a pipeline label.
+
+    Such a row could never match a pod (`history.labels.is_valid_key`).
+    """
+    if is_valid_key(value):
+        return
+    if isinstance(value, str) and "-" in value:
+        message = (
+            "A key is one segment of the label: %(value)s holds '-'. Enter each "
+            "segment as its own row."
+        )
+    else:
+        message = (
+            "A key is one segment of the label: letters, digits, '_' and '.', "
+            "at most 63 characters; %(value)s is not."
+        )
+    raise ValidationError(message, code="invalid_key", params={"value": repr(value)})
 
 
 class KeyNode(models.Model):
@@ -25,7 +48,9 @@ class KeyNode(models.Model):
     engineers may edit `count` in the admin (recorded as a CountAdjustment).
     """
 
-    key = models.CharField(max_length=253)
+    key = models.CharField(
+        max_length=253, validators=[validate_key], help_text=KEY_RULE
+    )
     node = models.CharField(max_length=253)
     count = models.PositiveBigIntegerField(
         default=0,
@@ -148,6 +173,7 @@ class CountAdjustment(models.Model):
         DELETED = "deleted", "row deleted"
         PRUNED = "pruned", "ledger rows pruned"
         NODE_REPLACED = "node_replaced", "node replaced"
+        IMPORTED = "imported", "imported from the Go ks-scheduler"
 
     key = models.CharField(max_length=253)
     node = models.CharField(max_length=253)
@@ -162,6 +188,43 @@ class CountAdjustment(models.Model):
 
     def __str__(self):
         return f"{self.key} on {self.node}: {self.delta:+d} ({self.reason})"
+
+
+class HistoryImport(models.Model):
+    """One import of the Go ks-scheduler's history (its `key_node` table).
+
+    Written by `import_history` and by the automatic import after `migrate`, in the
+    same transaction as the counts (CountAdjustment reason `imported`). `sha256`
+    identifies what was imported (the summed pairs), so importing the same history
+    again changes nothing.
+    """
+
+    class Mode(models.TextChoices):
+        ADD = "add", "added to the existing counts"
+        REPLACE = "replace", "set the imported pairs to the old counts"
+
+    source = models.CharField(
+        max_length=1024, help_text="The file, or the table in this database."
+    )
+    sha256 = models.CharField(
+        max_length=64, db_index=True, help_text="Hash of the imported pairs."
+    )
+    mode = models.CharField(max_length=8, choices=Mode.choices)
+    rows = models.PositiveBigIntegerField(help_text="Rows read from the old table.")
+    pairs = models.PositiveBigIntegerField(help_text="(key, node) pairs imported.")
+    changed = models.PositiveBigIntegerField(help_text="Pairs whose count changed.")
+    total = models.PositiveBigIntegerField(help_text="Sum of the imported counts.")
+    skipped = models.PositiveBigIntegerField(help_text="Rows left out as unusable.")
+    skipped_reasons = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=150, blank=True)
+    imported_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "history import"
+        ordering = ["-imported_at"]
+
+    def __str__(self):
+        return f"import #{self.pk} of {self.source} ({self.mode})"
 
 
 class WatchState(models.Model):

@@ -42,6 +42,17 @@ def halvings_sql(later: str, earlier: str) -> str:
     )
 
 
+def carried_weight_sql(*, count: str, weight: str, at: str, later: str) -> str:
+    """SQL for a row's stored weight carried forward to `later`.
+
+    A row without recency state (`at` 0: made by hand before edits kept one) weighs
+    its count, as `weigh` values it, so its weight is taken as its count at `later`.
+    """
+    return (
+        f"CASE WHEN {at} = 0 THEN {count} ELSE {weight} * {halvings_sql(later, at)} END"
+    )
+
+
 def decayed_weight(*, weight: float, at: float, now: float, half_life: float) -> float:
     """A recency weight valued at `at` (Unix seconds), carried forward to `now`.
 
@@ -80,3 +91,15 @@ def weigh(rows: Iterable[Row], now: float, half_life: float) -> list[WeighedRow]
         )
         for key, count, weight, at in rows
     ]
+
+
+def weight_now(*, count: int, weight: float, at: float, now: float) -> float:
+    """The weight the `warm` scoring gives a row at `now`: its recency weight
+    carried to `now` (its count when it has no recency state), never above its
+    count (the scoring caps it the same way, `rules.best_segment`)."""
+    if not at:
+        return float(count)
+    carried = decayed_weight(
+        weight=weight, at=at, now=now, half_life=half_life_seconds()
+    )
+    return min(carried, float(count))

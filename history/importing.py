@@ -1,0 +1,367 @@
+"""Importing the history of the Go ks-scheduler: its `key_node` table.
+
+The old tool kept one table in its SQLite file, `key_node(id, podkey, nodename,
+count)`: one row per (segment key, node) pair with its count. It had no unique
+constraint, so repeated or concurrent runs left duplicate pairs, whose counts add
+up. Rows with no key, no node or no count, with a count that is not a positive
+whole number, or with a key that is not one label segment (`labels.is_valid_key`)
+can never score: they are left out and counted by reason.
+
+Counts are written through `history.corrections` (adjustment reason `imported`),
+so `audit_counts` stays clean, and each import is recorded as a HistoryImport
+holding a hash of the pairs it imported: the same history imported twice changes
+nothing the second time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import cast
+
+import orjson
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.utils import timezone
+
+from history import corrections
+from history.exceptions import OldHistoryError
+from history.labels import is_valid_key
+from history.models import MAX_COUNT, CountAdjustment, HistoryImport, KeyNode
+
+logger = logging.getLogger(__name__)
+
+OLD_TABLE = "key_node"
+OLD_COLUMNS = ("id", "podkey", "nodename", "count")
+# HistoryImport.source of the automatic import after `migrate`.
+DATABASE_SOURCE = f"{OLD_TABLE} table in ks-scheduler's own database"
+# The largest number a 64-bit integer column holds (HistoryImport.total).
+BIGINT_MAX = 2**63 - 1
+# The lengths of KeyNode.node and HistoryImport.source.
+NODE_MAX_LENGTH = 253
+SOURCE_MAX_LENGTH = 1024
+# Serialises imports on PostgreSQL (several replicas run `migrate` at once); SQLite
+# serialises writers already.
+ADVISORY_LOCK = 0x6B73_696D_706F_7274
+
+# Why a row is left out, as reported.
+NO_KEY = "no key (NULL or empty)"
+BAD_KEY = "key is not one label segment ('-', other characters, or over 63)"
+NO_NODE = "no node (NULL or empty)"
+BAD_NODE = "node name is not text of at most 253 characters"
+NO_COUNT = "no count (NULL)"
+BAD_COUNT = "count is not a whole number"
+NEGATIVE_COUNT = "negative count"
+ZERO_COUNT = "count 0 (no history)"
+TOO_LARGE = "pair total over the largest count"
+
+
+@dataclass
+class OldHistory:
+    """What an old-tool table holds: the usable pairs summed, and what was left out.
+
+    `counts` maps (key, node) to the sum of its rows' counts (every sum > 0);
+    `skipped` maps a reason to the number of rows left out for it. Filled once by
+    `summarize_old_rows`, then read only (`sha256` is computed once).
+    """
+
+    rows: int = 0
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def pairs(self) -> int:
+        return len(self.counts)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def skipped_rows(self) -> int:
+        return sum(self.skipped.values())
+
+    @cached_property
+    def sha256(self) -> str:
+        """A hash of the summed pairs: equal for the same history, whatever the
+        row order, duplicates or skipped rows."""
+        return hashlib.sha256(orjson.dumps(sorted(self.counts.items()))).hexdigest()
+
+
+@dataclass(frozen=True)
+class ImportOutcome:
+    """What `import_old_history` did.
+
+    `record` is the new HistoryImport (None for a dry run or when nothing was
+    imported); `previous` the earlier import of the same history when that is why
+    nothing was imported; `changed` the pairs whose count changed (or would).
+    """
+
+    record: HistoryImport | None
+    previous: HistoryImport | None
+    changed: int
+
+
+def summarize_old_rows(rows: Iterable[Sequence[object]]) -> OldHistory:
+    """Sum (podkey, nodename, count) rows per pair, leaving out unusable rows."""
+    history = OldHistory()
+    counts: dict[tuple[str, str], int] = {}
+    rows_per_pair: Counter[tuple[str, str]] = Counter()
+    skipped: Counter[str] = Counter()
+    for key, node, count in rows:
+        history.rows += 1
+        reason = _unusable(key, node, count)
+        if reason:
+            skipped[reason] += 1
+            continue
+        # _unusable proved the types.
+        pair = (cast(str, key), cast(str, node))
+        counts[pair] = counts.get(pair, 0) + cast(int, count)
+        rows_per_pair[pair] += 1
+    for pair, total in list(counts.items()):
+        if total > MAX_COUNT:
+            del counts[pair]
+            skipped[TOO_LARGE] += rows_per_pair[pair]
+    history.counts = counts
+    history.skipped = dict(skipped.most_common())
+    return history
+
+
+def _unusable(key: object, node: object, count: object) -> str | None:
+    """Why a row cannot be imported, or None when it can."""
+    if key is None or key == "":
+        return NO_KEY
+    if not is_valid_key(key):
+        return BAD_KEY
+    if node is None or node == "":
+        return NO_NODE
+    if not isinstance(node, str) or len(node) > NODE_MAX_LENGTH:
+        return BAD_NODE
+    if count is None:
+        return NO_COUNT
+    # SQLite keeps whatever was written: text that is not a number, or a real.
+    if isinstance(count, bool) or not isinstance(count, int):
+        return BAD_COUNT
+    if count < 0:
+        return NEGATIVE_COUNT
+    if count == 0:
+        return ZERO_COUNT
+    return None
+
+
+def _check_columns(columns: Iterable[str], where: str) -> None:
+    found = tuple(column.lower() for column in columns)
+    if sorted(found) != sorted(OLD_COLUMNS):
+        raise OldHistoryError(
+            f"{where}: the {OLD_TABLE} table has the columns ({', '.join(found)}), "
+            f"not the Go ks-scheduler's ({', '.join(OLD_COLUMNS)})"
+        )
+
+
+def read_old_history_file(path: str | Path) -> OldHistory:
+    """Read an old-tool SQLite file, read-only (it is never modified).
+
+    Raises OldHistoryError when the file is missing, is not a SQLite database, has
+    no `key_node` table, or that table has other columns.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise OldHistoryError(f"{path}: no such file")
+    # mode=ro: SQLite opens the file read-only and never creates or changes it.
+    uri = f"{file.resolve().as_uri()}?mode=ro"
+    try:
+        database = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise OldHistoryError(f"{path}: cannot open it ({exc})") from exc
+    try:
+        tables = {
+            name.lower(): name
+            for (name,) in database.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+            )
+        }
+        if OLD_TABLE not in tables:
+            raise OldHistoryError(
+                f"{path}: no {OLD_TABLE} table, so not a Go ks-scheduler database"
+            )
+        table = tables[OLD_TABLE]
+        columns = [row[1] for row in database.execute(f'PRAGMA table_info("{table}")')]
+        _check_columns(columns, str(path))
+        return summarize_old_rows(
+            database.execute(f'SELECT podkey, nodename, "count" FROM "{table}"')
+        )
+    except sqlite3.DatabaseError as exc:
+        raise OldHistoryError(f"{path}: not a SQLite database ({exc})") from exc
+    finally:
+        database.close()
+
+
+def has_old_table(*, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """True when ks-scheduler's own database holds the old tool's table."""
+    with connections[using].cursor() as cursor:
+        return OLD_TABLE in connections[using].introspection.table_names(cursor)
+
+
+def read_old_history_table(*, using: str = DEFAULT_DB_ALIAS) -> OldHistory:
+    """Read the old tool's table from ks-scheduler's own database (the same file
+    when the old tool's DATA_PATH is kept). Raises OldHistoryError when its columns
+    are not the old tool's."""
+    database = connections[using]
+    with database.cursor() as cursor:
+        description = database.introspection.get_table_description(cursor, OLD_TABLE)
+        _check_columns([column.name for column in description], DATABASE_SOURCE)
+        cursor.execute(f'SELECT podkey, nodename, "count" FROM {OLD_TABLE}')
+        return summarize_old_rows(cursor.fetchall())
+
+
+def import_old_history(
+    *,
+    history: OldHistory,
+    source: str,
+    mode: str = HistoryImport.Mode.ADD,
+    actor: str,
+    dry_run: bool = False,
+    again: bool = False,
+    now: datetime | None = None,
+) -> ImportOutcome:
+    """Write an old tool's history into KeyNode counts and record the import.
+
+    `add` adds each pair's count to the existing one, `replace` sets the imported
+    pairs to the old counts (other pairs are untouched). Either way the counts
+    count as placements made at `now` for `warm` scoring. When the same history
+    (equal `sha256`) was imported before, nothing is written unless `again`.
+    A dry run writes nothing and reports what would change.
+    """
+    if mode not in HistoryImport.Mode.values:
+        raise ValueError(f"unknown import mode {mode!r}")
+    now = now or timezone.now()
+    if dry_run:
+        # Reads only: no transaction, so SQLite's write lock is not taken.
+        previous = HistoryImport.objects.filter(sha256=history.sha256).first()
+        if previous and not again:
+            return ImportOutcome(record=None, previous=previous, changed=0)
+        return ImportOutcome(
+            record=None, previous=previous, changed=_would_change(history, mode)
+        )
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK])
+        # Checked under the lock, so two imports of one history cannot both pass.
+        previous = HistoryImport.objects.filter(sha256=history.sha256).first()
+        if previous and not again:
+            return ImportOutcome(record=None, previous=previous, changed=0)
+        write = (
+            corrections.add_key_node_counts
+            if mode == HistoryImport.Mode.ADD
+            else corrections.set_key_node_counts
+        )
+        changed = write(
+            counts=history.counts,
+            actor=actor,
+            reason=CountAdjustment.Reason.IMPORTED,
+            now=now,
+        )
+        record = HistoryImport.objects.create(
+            source=source[:SOURCE_MAX_LENGTH],
+            sha256=history.sha256,
+            mode=mode,
+            rows=history.rows,
+            pairs=history.pairs,
+            changed=changed,
+            total=min(history.total, BIGINT_MAX),
+            skipped=history.skipped_rows,
+            skipped_reasons=history.skipped,
+            actor=actor,
+        )
+    return ImportOutcome(record=record, previous=previous, changed=changed)
+
+
+def _would_change(history: OldHistory, mode: str) -> int:
+    if mode == HistoryImport.Mode.ADD:
+        return history.pairs
+    stored = corrections.current_counts(pairs=history.counts)
+    return sum(
+        1 for pair, count in history.counts.items() if stored.get(pair, 0) != count
+    )
+
+
+def import_old_table_once(*, using: str = DEFAULT_DB_ALIAS) -> ImportOutcome | None:
+    """Import the old tool's table from ks-scheduler's own database, once.
+
+    Called after `migrate`. Does nothing (returns None) when there is no such
+    table or an import of it was recorded; the table itself is left in place, so
+    the old tool can still be started for a rollback. A table with other columns
+    is logged at ERROR and left alone: the start-up goes on.
+    """
+    if using != DEFAULT_DB_ALIAS or not has_old_table(using=using):
+        return None
+    done = HistoryImport.objects.filter(source=DATABASE_SOURCE).first()
+    if done:
+        logger.info(
+            "The Go ks-scheduler's %s table was imported on %s (import #%s); "
+            "not importing it again",
+            OLD_TABLE,
+            done.imported_at.isoformat(timespec="seconds"),
+            done.pk,
+        )
+        return None
+    try:
+        history = read_old_history_table(using=using)
+    except OldHistoryError as exc:
+        logger.error("Did not import the Go ks-scheduler's history: %s", exc)
+        return None
+    outcome = import_old_history(
+        history=history, source=DATABASE_SOURCE, actor="migrate"
+    )
+    if outcome.record is None:
+        logger.info(
+            "Found the Go ks-scheduler's %s table; its history was already imported "
+            "(import #%s of %s)",
+            OLD_TABLE,
+            outcome.previous.pk if outcome.previous else "?",
+            outcome.previous.source if outcome.previous else "?",
+        )
+        return outcome
+    logger.info(
+        "Imported the Go ks-scheduler's history from its %s table: %s rows read, "
+        "%s pairs written, %s counts in total, %s rows skipped (%s); import #%s. "
+        "The old table is left in place.",
+        OLD_TABLE,
+        history.rows,
+        outcome.changed,
+        history.total,
+        history.skipped_rows,
+        describe_skipped(history.skipped),
+        outcome.record.pk,
+    )
+    return outcome
+
+
+def describe_skipped(skipped: dict[str, int]) -> str:
+    """`3 no key (NULL or empty), 1 negative count`, or `none`."""
+    return ", ".join(f"{rows} {reason}" for reason, rows in skipped.items()) or "none"
+
+
+def after_migrate(sender, using: str = DEFAULT_DB_ALIAS, **kwargs) -> None:
+    """post_migrate receiver: the automatic import of the old tool's table.
+
+    Runs after every `migrate` (and every test flush), so it first checks for the
+    tables it needs with one introspection query.
+    """
+    with connections[using].cursor() as cursor:
+        tables = set(connections[using].introspection.table_names(cursor))
+    needed = {
+        OLD_TABLE,
+        HistoryImport._meta.db_table,
+        KeyNode._meta.db_table,
+        CountAdjustment._meta.db_table,
+    }
+    if needed <= tables:
+        import_old_table_once(using=using)

@@ -1,0 +1,99 @@
+"""`import_history PATH`: import the Go ks-scheduler's history from its SQLite file.
+
+The file is opened read-only. Exit 0 after an import, a dry run or a second run on
+the same history (nothing written); exit 1 when the file is refused (not SQLite, no
+`key_node` table, other columns), with nothing written.
+"""
+
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from history.exceptions import OldHistoryError
+from history.importing import (
+    OLD_TABLE,
+    import_old_history,
+    read_old_history_file,
+)
+from history.models import HistoryImport
+
+
+class Command(BaseCommand):
+    help = (
+        "Import the history of the Go ks-scheduler from its SQLite file "
+        "(read-only). Duplicate pairs are summed, unusable rows skipped and "
+        "reported, every change recorded as an 'imported' count adjustment."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("path", help="The old tool's SQLite file.")
+        parser.add_argument(
+            "--mode",
+            choices=[mode.value for mode in HistoryImport.Mode],
+            default=HistoryImport.Mode.ADD,
+            help="add (default): add to the existing counts; replace: set the "
+            "imported pairs to the old counts.",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Report, write nothing."
+        )
+        parser.add_argument(
+            "--again",
+            action="store_true",
+            help="Import even if this history was imported before.",
+        )
+
+    def handle(self, *args, path, mode, dry_run, again, **options):
+        started = time.monotonic()
+        try:
+            history = read_old_history_file(path)
+        except OldHistoryError as exc:
+            raise CommandError(f"Refused: {exc}. Nothing was written.") from exc
+        self.stdout.write(
+            f"Read {history.rows} rows from {path} ({OLD_TABLE}): {history.pairs} "
+            f"pairs, {history.total} counts in total, {history.skipped_rows} rows "
+            f"skipped."
+        )
+        for reason, rows in history.skipped.items():
+            self.stdout.write(f"  skipped {rows}: {reason}")
+        outcome = import_old_history(
+            history=history,
+            source=str(path),
+            mode=mode,
+            actor="import_history",
+            dry_run=dry_run,
+            again=again,
+        )
+        seconds = time.monotonic() - started
+        previous = outcome.previous
+        if previous and not again:
+            self.stdout.write(
+                f"Already imported on "
+                f"{previous.imported_at.isoformat(timespec='seconds')} as import "
+                f"#{previous.pk} ({previous.source}, mode {previous.mode}): nothing "
+                f"written. Pass --again to import it again."
+            )
+            return
+        if dry_run:
+            self.stdout.write(
+                f"Dry run (mode {mode}): would write {outcome.changed} pairs; "
+                f"nothing written."
+            )
+            return
+        if previous:
+            self.stdout.write(
+                f"Imported again (--again): import #{previous.pk} held the same "
+                f"history."
+            )
+        record = outcome.record
+        assert record is not None
+        verb = "added" if mode == HistoryImport.Mode.ADD else "set"
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Imported (mode {mode}): {outcome.changed} pairs written, "
+                f"{history.total} counts {verb}, {history.skipped_rows} rows "
+                f"skipped; import #{record.pk}, "
+                f"{outcome.changed} count adjustments (reason imported), "
+                f"in {seconds:.1f} s."
+            )
+        )

@@ -1,0 +1,77 @@
+"""The README's namespace override for an upgrade from the Go ks-scheduler builds,
+and puts each object where it works."""
+
+import re
+
+import yaml
+
+from tests.helpers import REPO
+from tests.test_deploy import find, kustomize
+
+OLD_NAMESPACE = "ksphere-system"
+# What must stay in kube-system: the binding to the API server's authentication
+# reader Role, and the Role and binding of the scheduler's Lease (kept in kube-system
+# by deploy/base/kube-scheduler-config.yaml).
+PINNED = {
+    ("RoleBinding", "ks-scheduler-extension-apiserver-authentication-reader"),
+    ("Role", "ks-scheduler-leader-election"),
+    ("RoleBinding", "ks-scheduler-leader-election"),
+}
+
+
+def readme_kustomization(directory: str) -> str:
+    """The README's YAML block that starts with `# <directory>/kustomization.yaml`."""
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"^ *```yaml\n(.*?)^ *```", readme, flags=re.M | re.S)
+    for block in blocks:
+        text = "\n".join(line[2:] for line in block.splitlines())
+        if text.startswith(f"# {directory}/kustomization.yaml"):
+            return text + "\n"
+    raise AssertionError(f"no {directory}/kustomization.yaml block in the README")
+
+
+def build_override(tmp_path):
+    # Laid out as the README says: the two directories beside a checkout.
+    (tmp_path / "ks-scheduler").symlink_to(REPO)
+    for directory in ("ksphere", "ksphere-install"):
+        (tmp_path / directory).mkdir()
+        (tmp_path / directory / "kustomization.yaml").write_text(
+            readme_kustomization(directory)
+        )
+    return kustomize(tmp_path / "ksphere-install")
+
+
+def test_readme_namespace_override_moves_the_install_to_the_old_namespace(tmp_path):
+    docs = build_override(tmp_path)
+    placed = {
+        (doc["kind"], doc["metadata"]["name"]): doc["metadata"].get("namespace")
+        for doc in docs
+    }
+    for (kind, name), namespace in placed.items():
+        if kind.startswith("Cluster"):
+            assert namespace is None
+        elif (kind, name) in PINNED:
+            assert namespace == "kube-system", (kind, name)
+        else:
+            assert namespace == OLD_NAMESPACE, (kind, name)
+    assert PINNED <= set(placed)
+    # Every binding names the ServiceAccount where it now lives.
+    for doc in docs:
+        for subject in doc.get("subjects", []):
+            assert subject["namespace"] == OLD_NAMESPACE, doc["metadata"]["name"]
+
+
+def test_readme_namespace_override_keeps_the_old_volume_and_the_lease_rbac(tmp_path):
+    docs = build_override(tmp_path)
+    (deployment,) = find(docs, "Deployment", "ks-scheduler")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == "scheduler-data"
+    config_maps = [
+        doc
+        for doc in find(docs, "ConfigMap")
+        if doc["metadata"]["name"].startswith("ks-scheduler-config")
+    ]
+    config = yaml.safe_load(config_maps[0]["data"]["config.yaml"])
+    lease_namespace = config["leaderElection"]["resourceNamespace"]
+    (role,) = find(docs, "Role", "ks-scheduler-leader-election")
+    assert role["metadata"]["namespace"] == lease_namespace
