@@ -74,6 +74,8 @@ class Options:
     """How the watcher selects, counts and times out; defaults come from settings."""
 
     scheduler_name: str = ""
+    # Count pods of every scheduler (webhook mode), not only `scheduler_name`'s.
+    any_scheduler: bool = False
     pipeline_label: str = ""
     namespace: str | None = None
     count_when: str = "bound"
@@ -88,6 +90,7 @@ class Options:
     def from_settings(cls, **overrides: Any) -> Options:
         values = dict(
             scheduler_name=settings.KSSCHED_SCHEDULER_NAME,
+            any_scheduler=settings.KSSCHED_WATCH_ANY_SCHEDULER,
             pipeline_label=settings.KSSCHED_PIPELINE_LABEL,
             server_timeout=(
                 settings.KSSCHED_WATCH_SERVER_TIMEOUT_MIN,
@@ -445,6 +448,8 @@ class PodStream(StreamWatcher):
 
     @property
     def field_selector(self) -> str:
+        if self.options.any_scheduler:
+            return ""
         return f"spec.schedulerName={self.options.scheduler_name}"
 
     @property
@@ -476,7 +481,10 @@ class PodStream(StreamWatcher):
         if not uid or not isinstance(spec, dict) or not isinstance(status, dict):
             logger.warning("Skipping pod without uid or spec: %.300r", obj)
             return "invalid"
-        if spec.get("schedulerName") != self.options.scheduler_name:
+        if (
+            not self.options.any_scheduler
+            and spec.get("schedulerName") != self.options.scheduler_name
+        ):
             return "ignored"
         label = (meta.get("labels") or {}).get(self.options.pipeline_label)
         node = spec.get("nodeName")
