@@ -244,6 +244,10 @@ KSSCHED_WEBHOOK_MAX_NODES = env.int("KSSCHED_WEBHOOK_MAX_NODES", default=20)
 KSSCHED_WEBHOOK_MEMORY_SECONDS = env.float(
     "KSSCHED_WEBHOOK_MEMORY_SECONDS", default=120.0
 )
+# The pipeline pool: nodes that ran a pipeline pod, or that the watcher first saw, in
+# this many days. The load rule compares a node with the pool's mean load (prioritize
+# compares it with kube-scheduler's candidates).
+KSSCHED_WEBHOOK_POOL_DAYS = env.float("KSSCHED_WEBHOOK_POOL_DAYS", default=7.0)
 
 # --- Watcher (manage.py watch_pods) -------------------------------------------------
 # Timeouts bound every call to the API server; tests shrink them to seconds.

@@ -16,6 +16,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from extender.scoring.steering import process_memory
+from extender.webhook import pipeline_pool
 from history.ledger import increment_key_nodes, record_placement
 from history.models import NodePolicy
 from tests.fakeapi import make_pod
@@ -31,11 +32,13 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("warm")]
 
 @pytest.fixture
 def warm():
-    """The `warm` strategy and an empty steering memory for every test."""
+    """The `warm` strategy, an empty steering memory and no cached pool."""
     process_memory().clear()
+    pipeline_pool.clear()
     with override_settings(KSSCHED_SCORING="warm"):
         yield
     process_memory().clear()
+    pipeline_pool.clear()
 
 
 @pytest.fixture

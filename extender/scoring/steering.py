@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from django.conf import settings
@@ -158,9 +158,9 @@ class Term:
 class Plan:
     """What the webhook would inject for one pod, and the inputs behind it.
 
-    `nodes` are the nodes scored (every node with history, and pinned ones), with
-    their `scores`; `terms` the warmest of them, heaviest first; `target` the node
-    the pod is most likely steered to (None without terms).
+    `nodes` are the nodes scored (every node with history, pinned ones and the
+    pool), with their `scores`; `terms` the warmest of them, heaviest first;
+    `target` the node the pod is most likely steered to (None without terms).
     """
 
     label: str | None
@@ -195,14 +195,19 @@ def plan_terms(
     max_nodes: int | None = None,
     reader: HistoryReader | None = None,
     make_strategy: Callable[[HistoryReader], Strategy] | None = None,
+    pool: Iterable[str] = (),
 ) -> Plan:
     """The preferred terms for a pod with pipeline `label`, read from the history.
 
     Scores every node with history for the label (read once, steered pods added to
     the active ones) with the configured strategy, or `make_strategy(reader)`.
-    Nodes scoring 1 or less get no term; the `max_nodes` best do, heaviest first,
-    equal weights broken by fewer running pipeline pods, then by name. Raises
-    DatabaseError when the history cannot be read.
+    The nodes of `pool` (the nodes pipeline pods run on) are scored with them: the
+    load rule compares a node with the mean of the nodes scored, as prioritize
+    compares it with the mean of kube-scheduler's candidates, and the nodes with
+    history for one label are busier than the pool. Nodes scoring 1 or less get no
+    term; the `max_nodes` best do, heaviest first, equal weights broken by fewer
+    running pipeline pods, then by name. Raises DatabaseError when the history
+    cannot be read.
     """
     keys = split_pipeline_label(label)
     if not keys:
@@ -213,7 +218,7 @@ def plan_terms(
     read = (reader or history_reader()).read(keys=keys, label=label or "", nodes=None)
     steered = memory.steered(label or "", now=now, window=window)
     history = with_steered(read, steered)
-    nodes = sorted(set(history.rows) | _pinned(history))
+    nodes = sorted(set(history.rows) | _pinned(history) | set(pool))
     fixed = FixedReader(history)
     strategy = make_strategy(fixed) if make_strategy else get_strategy(reader=fixed)
     scores = strategy.score(label=label, nodes=nodes, now=now) if nodes else []
@@ -223,6 +228,8 @@ def plan_terms(
         node, score = pair
         return (-score, busy.get(node, 0) + steered.get(node, 0), node)
 
+    # Only nodes with history (or a pin) score above 1: the pool's cold nodes are
+    # scored for the mean alone.
     warm = sorted(
         (
             pair
