@@ -172,14 +172,16 @@ def affinity_patch(pod: dict, terms: Sequence[dict]) -> list[dict]:
     spec = pod_spec(pod)
     affinity = spec.get("affinity")
     if affinity is None:
-        value = {"nodeAffinity": {PREFERRED: list(terms)}}
-        return [{"op": "add", "path": "/spec/affinity", "value": value}]
+        whole = {"nodeAffinity": {PREFERRED: list(terms)}}
+        return [{"op": "add", "path": "/spec/affinity", "value": whole}]
     if not isinstance(affinity, dict):
         raise PodShapeError("Pod spec.affinity is not an object")
     node_affinity = affinity.get("nodeAffinity")
     if node_affinity is None:
-        value = {PREFERRED: list(terms)}
-        return [{"op": "add", "path": "/spec/affinity/nodeAffinity", "value": value}]
+        node_value = {PREFERRED: list(terms)}
+        return [
+            {"op": "add", "path": "/spec/affinity/nodeAffinity", "value": node_value}
+        ]
     if not isinstance(node_affinity, dict):
         raise PodShapeError("Pod spec.affinity.nodeAffinity is not an object")
     path = f"/spec/affinity/nodeAffinity/{PREFERRED}"

@@ -176,9 +176,9 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
             return False
         next_start = after
         candidates = [names[i] for i in scored]
-        extra = extra_points(pod, candidates, now)
+        added = extra_points(pod, candidates, now)
         best, best_total = [], -1.0
-        for i, points in zip(scored, extra, strict=True):
+        for i, points in zip(scored, added, strict=True):
             least_allocated = (free[i] - pod.cpu) / scenario.cpu * 100
             total = points + int(least_allocated)
             if total > best_total:
