@@ -1,6 +1,6 @@
 from django.urls import path
 
-from extender import views
+from extender import views, webhook
 
 # No trailing slashes: kube-scheduler joins urlPrefix and verb with a single "/", and
 # a redirect would turn its POST into a GET.
@@ -17,4 +17,6 @@ urlpatterns = [
     ),
     path("scheduler/explain", views.ExplainView.as_view(), name="explain"),
     path("version", views.VersionView.as_view(), name="version"),
+    # Webhook mode: called by the API server over TLS, from outside the pod.
+    path("webhook/mutate", webhook.WebhookMutateView.as_view(), name="webhook-mutate"),
 ]

@@ -15,6 +15,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler
 
+from extender.admission import PodShapeError
 from extender.parsers import ORJSONParser
 from extender.renderers import (
     ExtenderContentNegotiation,
@@ -28,6 +29,7 @@ from extender.serializers import (
     parse_extender_args,
     unique_names,
 )
+from extender.webhook import explain_webhook
 from kssched import __version__
 
 logger = logging.getLogger(__name__)
@@ -130,14 +132,28 @@ class ExplainView(ExtenderView):
 
     Parsing, validation and errors are those of prioritize. The scores come from the
     same strategy code (`?strategy=` picks another one to compare); read-only.
+    `?mode=webhook` shows instead the preferred terms the admission webhook would add
+    to the Pod (the node lists are not used: the webhook scores every node with
+    history), see `extender.webhook.explain_webhook`.
     """
 
     def post(self, request):
         args = parse_extender_args(request.data)
+        name = request.query_params.get("strategy") or None
         try:
-            strategy = get_strategy(request.query_params.get("strategy") or None)
+            strategy = get_strategy(name)
         except ValueError as exc:
             raise exceptions.ValidationError(str(exc)) from None
+        mode = request.query_params.get("mode") or "extender"
+        if mode == "webhook":
+            try:
+                return Response(explain_webhook(args.pod, strategy=name))
+            except PodShapeError as exc:
+                raise exceptions.ValidationError(exc.message) from None
+        if mode != "extender":
+            raise exceptions.ValidationError(
+                f"unknown mode {mode!r}; choose from ['extender', 'webhook']"
+            )
         nodes = unique_names(args.candidate_names())
         label = args.pod_label(settings.KSSCHED_PIPELINE_LABEL)
         rows = strategy.explain(label=label, nodes=nodes)

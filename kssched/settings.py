@@ -266,6 +266,19 @@ KSSCHED_HISTORY_CACHE = env.bool("KSSCHED_HISTORY_CACHE", default=True)
 # accept bodies this big. The rest of the site keeps Django's default limit.
 KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=128 * 1024 * 1024)
 
+# --- Webhook mode (POST /webhook/mutate) ----------------------------------------------
+# At most this many warm nodes are named in the preferred node affinity of one pod.
+KSSCHED_WEBHOOK_MAX_NODES = env.int("KSSCHED_WEBHOOK_MAX_NODES", default=20)
+# How long the webhook counts a pod it steered to a node as running there: long
+# enough for the pod to be scheduled and recorded by the watcher.
+KSSCHED_WEBHOOK_MEMORY_SECONDS = env.float(
+    "KSSCHED_WEBHOOK_MEMORY_SECONDS", default=120.0
+)
+# The pipeline pool: nodes that ran a pipeline pod, or that the watcher first saw, in
+# this many days. The load rule compares a node with the pool's mean load (prioritize
+# compares it with kube-scheduler's candidates).
+KSSCHED_WEBHOOK_POOL_DAYS = env.float("KSSCHED_WEBHOOK_POOL_DAYS", default=7.0)
+
 # --- Watcher (manage.py watch_pods) -------------------------------------------------
 # Timeouts bound every call to the API server; tests shrink them to seconds.
 
@@ -283,6 +296,9 @@ KSSCHED_WATCH_BACKOFF_CAP = env.float("KSSCHED_WATCH_BACKOFF_CAP", default=30.0)
 KSSCHED_WATCH_BACKOFF_RESET = env.float("KSSCHED_WATCH_BACKOFF_RESET", default=120.0)
 KSSCHED_WATCH_LIST_PAGE = env.int("KSSCHED_WATCH_LIST_PAGE", default=500)
 KSSCHED_WATCH_NODES = env.bool("KSSCHED_WATCH_NODES", default=True)
+# Webhook mode: the cluster's default scheduler places pipeline pods, so count pods
+# with the pipeline label whatever their spec.schedulerName.
+KSSCHED_WATCH_ANY_SCHEDULER = env.bool("KSSCHED_WATCH_ANY_SCHEDULER", default=False)
 KSSCHED_LEASE_NAME = env.str("KSSCHED_LEASE_NAME", default="ks-scheduler-watcher")
 KSSCHED_LEASE_DURATION = env.float("KSSCHED_LEASE_DURATION", default=15.0)
 KSSCHED_LEASE_RENEW_DEADLINE = env.float("KSSCHED_LEASE_RENEW_DEADLINE", default=10.0)

@@ -9,6 +9,12 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from extender.scoring.default_profile import (
+    PLUGIN_WEIGHTS,
+    WebhookAdmissions,
+    affinity_points,
+    node_affinity_scores,
+)
 from extender.scoring.rules import WarmRules, seed_matches
 from extender.scoring.simulation import (
     SCENARIOS,
@@ -41,7 +47,12 @@ def test_same_seed_same_report_and_another_seed_differs():
     other = simulate_json("--nodes", "10", "--runs", "300", "--seed", "8")
     assert first == again
     assert first["results"] != other["results"]
-    assert [r["strategy"] for r in first["results"]] == ["none", "seed", "warm"]
+    assert [r["strategy"] for r in first["results"]] == [
+        "none",
+        "seed",
+        "warm",
+        "webhook",
+    ]
     assert first["scenario"]["nodes"] == 10 and first["scenario"]["seed"] == 7
 
 
@@ -59,6 +70,67 @@ def test_warm_beats_seed_and_no_extender_on_a_small_scenario():
     for r in report["results"]:
         total = r["exact_rate"] + r["partial_rate"] + r["cold_rate"]
         assert total == pytest.approx(1.0, abs=1e-3)
+
+
+def test_webhook_mode_meets_its_targets_on_a_small_scenario():
+    report = run(SMALL, ("none", "warm", "webhook"))
+    results = {r["strategy"]: r for r in report["results"]}
+    webhook = results["webhook"]
+    assert webhook["exact_rate"] > results["none"]["exact_rate"] + 0.3
+    assert webhook["exact_rate"] > results["warm"]["exact_rate"] - 0.1
+    assert webhook["busiest_over_mean_load"] <= 1.25
+    targets = report["webhook_targets"]
+    assert targets["met"] is True
+    assert targets["exact_over_none"] == pytest.approx(
+        webhook["exact_rate"] - results["none"]["exact_rate"], abs=1e-4
+    )
+    assert "webhook: exact hits +" in format_table(report)
+    assert "targets met" in format_table(report)
+
+
+def test_node_affinity_is_scored_as_kube_scheduler_scores_it():
+    """Sum of the matching terms' weights, normalised to 0..100 over the
+    candidates with integer division, times the plugin's weight 2."""
+    assert node_affinity_scores({"a": 100, "b": 56}, ["a", "b", "c"]) == [100, 56, 0]
+    # The best candidate is normalised to 100 even when its weight is low.
+    assert node_affinity_scores({"a": 100, "b": 56}, ["b", "c"]) == [100, 0]
+    assert node_affinity_scores({"a": 3, "b": 2}, ["a", "b"]) == [100, 66]
+    assert node_affinity_scores({}, ["a", "b"]) == [0, 0]
+    assert affinity_points({"a": 100, "b": 56}, ["a", "b"]) == [200, 112]
+    assert PLUGIN_WEIGHTS["NodeAffinity"] == 2
+    assert PLUGIN_WEIGHTS["NodeResourcesFit"] == 1
+    assert PLUGIN_WEIGHTS["TaintToleration"] == 3
+
+
+def admissions(history, workers):
+    return WebhookAdmissions(
+        history=history,
+        rules=WarmRules(),
+        workers=workers,
+        window=120.0,
+        max_nodes=20,
+        nodes=[f"n{i}" for i in range(6)],
+        pool_days=7.0,
+        seed=1,
+    )
+
+
+def test_simulated_webhook_spreads_a_burst_with_one_memory():
+    history = MemoryHistory(half_life=3600.0)
+    for node in ("n0", "n1", "n2"):
+        for _ in range(4):
+            history.place(keys=["ci", "app"], label="ci-app", node=node, now=0.0)
+            history.finish(label="ci-app", node=node)
+    one = admissions(history, workers=1)
+    heaviest = [next(iter(one.admit("ci-app", 100.0))) for _ in range(6)]
+    assert heaviest == ["n0", "n1", "n2", "n0", "n1", "n2"]
+    terms = one.admit("ci-app", 100.0)
+    assert set(terms) == {"n0", "n1", "n2"}
+    # Each worker remembers only its own reviews: the top node is named first
+    # more often.
+    three = admissions(history, workers=3)
+    heaviest = [next(iter(three.admit("ci-app", 100.0))) for _ in range(6)]
+    assert heaviest.count("n0") > 2
 
 
 def test_the_extender_changes_placements():

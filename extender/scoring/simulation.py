@@ -19,6 +19,11 @@ The model, in brief:
   gets `extender score x weight x 10` plus a least-allocated score 0..100
   (NodeResourcesFit, weight 1) and the best wins, ties broken at random. A pod that
   fits nowhere waits in a FIFO queue until a pod finishes.
+* "webhook" models webhook mode: no extender; every pod of a burst is admitted by
+  the webhook (`default_profile.WebhookAdmissions`, the real steering code and
+  `warm` scores) before any is scheduled, and the default profile adds
+  NodeAffinity x 2 for the preferred terms (`default_profile` says where that
+  model comes from).
 
 The strategies are the real ones (`extender.scoring.strategies`), reading from an
 in-memory store kept exactly as the database keeps it
@@ -37,184 +42,43 @@ import heapq
 import math
 import random
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from typing import Any
 
+from extender.scoring.default_profile import WebhookAdmissions, affinity_points
 from extender.scoring.rules import WarmRules
+from extender.scoring.scenarios import (
+    SCENARIOS,
+    Pod,
+    Scenario,
+    Workload,
+    ledger_workload,
+    synthetic_workload,
+)
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
-from history.labels import split_pipeline_label
-from history.models import Placement
 from history.outcomes import WARMTHS, format_sections, summarize
 from history.reader.memory import MemoryHistory
 
-STRATEGY_NAMES = ("none", "seed", "warm")
-LANGUAGES = ("java", "go", "py", "node", "rust", "ruby", "dotnet", "cpp")
+# Scenarios and workloads live in `scenarios`; importers of this module find them
+# here too.
+__all__ = [
+    "SCENARIOS",
+    "STRATEGY_NAMES",
+    "Pod",
+    "Scenario",
+    "Workload",
+    "format_table",
+    "ledger_workload",
+    "run",
+    "scored_nodes",
+    "simulate",
+    "synthetic_workload",
+    "with_options",
+]
+
+STRATEGY_NAMES = ("none", "seed", "warm", "webhook")
 # kube-scheduler's minFeasibleNodesToFind: sampling never scores fewer nodes.
 MIN_FEASIBLE_NODES = 100
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """Every parameter of a simulation run (all are `manage.py simulate` options)."""
-
-    nodes: int = 30
-    cpu: float = 16.0
-    cache_slots: int = 8
-    pipelines: int = 80
-    languages: int = 4
-    tools: int = 3
-    zipf: float = 1.1
-    runs: int = 2500
-    arrival: float = 10.0
-    fanout: int = 6
-    fanout_share: float = 0.3
-    pod_cpu: float = 2.0
-    run_time: float = 600.0
-    cold_extra: float = 300.0
-    partial_extra: float = 120.0
-    replace_every: float = 6 * 3600.0
-    weight: int = 5
-    percentage: int = 100
-    # Caches here turn over in about a quarter of an hour (8 slots, a pod every few
-    # minutes per node), so a placement's weight halves every 7.2 minutes. In a
-    # cluster, set KSSCHED_HALF_LIFE_DAYS to about half the time a workspace
-    # survives in a node's cache.
-    half_life_days: float = 0.005
-    saturation: float = WarmRules.saturation
-    hotspot_penalty: int = WarmRules.hotspot_penalty
-    min_weight: float = WarmRules.min_weight
-    load_penalty: float = WarmRules.load_penalty
-    load_slack: float = WarmRules.load_slack
-    seed: int = 1
-
-
-SCENARIOS = {
-    "default": Scenario(),
-    # Many pipelines, each run rarely and with little fan-out: caches churn.
-    "many-small": Scenario(
-        pipelines=400,
-        languages=6,
-        tools=4,
-        fanout=2,
-        fanout_share=0.1,
-        zipf=0.8,
-        arrival=7.0,
-    ),
-    # A few hot pipelines with wide fan-out bursts: the hotspot case.
-    "hot-fanout": Scenario(
-        pipelines=12, zipf=1.3, fanout=16, fanout_share=0.6, runs=1000, arrival=30.0
-    ),
-    # Frequent node replacement: history about gone machines must be dropped.
-    "churn": Scenario(replace_every=1800.0),
-    # A large cluster where kube-scheduler scores only a sample of the nodes.
-    "sampled": Scenario(
-        nodes=300, pipelines=600, runs=6000, arrival=1.0, percentage=40
-    ),
-}
-
-
-@dataclass
-class Pod:
-    label: str
-    keys: list[str]
-    cpu: float
-    base: float
-    arrived: float
-
-
-@dataclass
-class Workload:
-    """The pods to place, in arrival order, and when which node is replaced."""
-
-    pods: list[Pod]
-    replacements: list[tuple[float, int]] = field(default_factory=list)
-
-
-def pipeline_labels(scenario: Scenario) -> list[str]:
-    """`<language>-<language><tool>-p<n>` for each pipeline, in popularity order."""
-    rng = random.Random(scenario.seed * 7919 + 1)
-    languages = [LANGUAGES[i % len(LANGUAGES)] for i in range(scenario.languages)]
-    labels = []
-    for index in range(scenario.pipelines):
-        language = rng.randrange(len(languages))
-        tool = rng.randrange(scenario.tools)
-        name = languages[language] + (str(language) if language >= 8 else "")
-        labels.append(f"{name}-{name}{tool}-p{index}")
-    return labels
-
-
-def synthetic_workload(scenario: Scenario) -> Workload:
-    """Draw the workload of `scenario` from its seed."""
-    rng = random.Random(scenario.seed)
-    labels = pipeline_labels(scenario)
-    popularity = [1 / (rank + 1) ** scenario.zipf for rank in range(len(labels))]
-    cumulative = []
-    total = 0.0
-    for weight in popularity:
-        total += weight
-        cumulative.append(total)
-    pods = []
-    now = 0.0
-    for _ in range(scenario.runs):
-        now += rng.expovariate(1 / scenario.arrival)
-        label = rng.choices(labels, cum_weights=cumulative)[0]
-        size = 1
-        if scenario.fanout > 1 and rng.random() < scenario.fanout_share:
-            size = rng.randint(2, scenario.fanout)
-        for _ in range(size):
-            pods.append(
-                Pod(
-                    label=label,
-                    keys=label.split("-"),
-                    cpu=scenario.pod_cpu,
-                    base=rng.expovariate(1 / scenario.run_time),
-                    arrived=now,
-                )
-            )
-    replacements = []
-    if scenario.replace_every > 0:
-        at = 0.0
-        while True:
-            at += rng.expovariate(1 / scenario.replace_every)
-            if at >= now:
-                break
-            replacements.append((at, rng.randrange(scenario.nodes)))
-    return Workload(pods=pods, replacements=replacements)
-
-
-def ledger_workload(scenario: Scenario) -> tuple[Workload, int]:
-    """The recorded placements as a workload, and how many nodes they used.
-
-    Pods arrive when they were bound and run for their recorded run time (from the
-    first container start to the end), else from binding to the end (`run_time`
-    when still running); that time is taken as the warm run time. Node
-    replacements are not replayed. Pods without pipeline segments are skipped.
-    """
-    pods = []
-    nodes = set()
-    start = None
-    rows = Placement.objects.order_by("bound_at", "pk").values_list(
-        "label", "node", "bound_at", "finished_at", "run_seconds"
-    )
-    for label, node, bound_at, finished_at, run_seconds in rows.iterator():
-        keys = split_pipeline_label(label)
-        if not keys:
-            continue
-        start = start if start is not None else bound_at
-        nodes.add(node)
-        ran = (finished_at - bound_at).total_seconds() if finished_at else None
-        if run_seconds is not None:
-            ran = run_seconds
-        pods.append(
-            Pod(
-                label="-".join(keys),
-                keys=keys,
-                cpu=scenario.pod_cpu,
-                base=ran if ran is not None and ran >= 0 else scenario.run_time,
-                arrived=(bound_at - start).total_seconds(),
-            )
-        )
-    return Workload(pods=pods), len(nodes)
 
 
 def scored_nodes(
@@ -279,15 +143,35 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
     pending: list[Pod] = []
 
     scorer: SeedStrategy | WarmStrategy | None = None
+    admissions: WebhookAdmissions | None = None
     if strategy == "seed":
         scorer = SeedStrategy(reader=history)
     elif strategy == "warm":
         scorer = WarmStrategy(rules=rules, reader=history, half_life=history.half_life)
+    elif strategy == "webhook":
+        admissions = WebhookAdmissions(
+            history=history,
+            rules=rules,
+            workers=scenario.webhook_workers,
+            window=scenario.webhook_memory,
+            max_nodes=scenario.webhook_max_nodes,
+            nodes=names,
+            pool_days=scenario.webhook_pool_days,
+            seed=scenario.seed,
+        )
+    # Webhook mode: the terms each pending pod was admitted with, by id(pod).
+    terms: dict[int, dict[str, int]] = {}
 
-    def extender_scores(pod: Pod, candidates: list[str], now: float) -> list[int]:
+    def extra_points(pod: Pod, candidates: list[str], now: float) -> list[int]:
+        """What kube-scheduler adds to least-allocated: the extender's score x
+        weight x 10, or NodeAffinity's for the webhook's terms."""
+        if admissions is not None:
+            return affinity_points(terms.pop(id(pod)), candidates)
         if scorer is None:
             return [0] * len(candidates)
-        return scorer.score(label=pod.label, nodes=candidates, now=now)
+        weight = scenario.weight * 10
+        scores = scorer.score(label=pod.label, nodes=candidates, now=now)
+        return [score * weight for score in scores]
 
     def try_place(pod: Pod, now: float) -> bool:
         nonlocal next_start, sequence, saved
@@ -296,11 +180,11 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
             return False
         next_start = after
         candidates = [names[i] for i in scored]
-        extender = extender_scores(pod, candidates, now)
+        added = extra_points(pod, candidates, now)
         best, best_total = [], -1.0
-        for i, score in zip(scored, extender, strict=True):
+        for i, points in zip(scored, added, strict=True):
             least_allocated = (free[i] - pod.cpu) / scenario.cpu * 100
-            total = score * scenario.weight * 10 + int(least_allocated)
+            total = points + int(least_allocated)
             if total > best_total:
                 best, best_total = [i], total
             elif total == best_total:
@@ -338,6 +222,13 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
         end = now
         if kind == "arrive":
             pending.append(payload)
+            if admissions is not None:
+                # A burst is admitted whole before the scheduler sees any of it.
+                terms[id(payload)] = admissions.admit(payload.label, now)
+                while events and events[0][0] == now and events[0][2] == "arrive":
+                    pod = heapq.heappop(events)[3]
+                    pending.append(pod)
+                    terms[id(pod)] = admissions.admit(pod.label, now)
         elif kind == "finish":
             pod, node = payload
             free[node] += pod.cpu
@@ -357,6 +248,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
     waits.sort()
     return {
         "strategy": strategy,
+        "outcomes": {level: summarize(timings[level]) for level in WARMTHS},
         "pods": placed,
         "exact_rate": round(warmth["exact"] / placed, 4) if placed else 0.0,
         "partial_rate": round(warmth["partial"] / placed, 4) if placed else 0.0,
@@ -368,7 +260,6 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
         "p95_pods_per_node": _percentile(concurrency, 0.95),
         "time_saved_hours": round(saved / 3600, 1),
         "mean_wait_seconds": round(sum(waits) / len(waits), 1) if waits else 0.0,
-        "outcomes": {level: summarize(timings[level]) for level in WARMTHS},
     }
 
 
@@ -386,19 +277,25 @@ def run(
     """Simulate `scenario` once per strategy over the same workload.
 
     Returns {"scenario": parameters, "pods": n, "results": [figures per strategy],
-    "warm_wins": bool or None}. `warm_wins` says whether `warm` beat every other
-    strategy on exact-hit rate with its busiest node at most 1.25x the mean load.
+    "warm_wins": bool or None, "webhook_targets": dict or None}. `warm_wins` says
+    whether `warm` beat the other extender strategies and no extender on exact-hit
+    rate with its busiest node at most 1.25x the mean load; `webhook_targets`
+    checks webhook mode against `none` and `warm` (see `webhook_targets`).
     """
     workload = workload or synthetic_workload(scenario)
     results = [simulate(scenario, workload, name) for name in strategies]
     by_name = {result["strategy"]: result for result in results}
     wins = None
-    if "warm" in by_name and len(by_name) > 1:
+    others = [r for name, r in by_name.items() if name not in ("warm", "webhook")]
+    if "warm" in by_name and others:
         warm = by_name["warm"]
-        wins = warm["busiest_over_mean_load"] <= 1.25 and all(
-            warm["exact_rate"] > other["exact_rate"]
-            for name, other in by_name.items()
-            if name != "warm"
+        wins = warm["busiest_over_mean_load"] <= BALANCED and all(
+            warm["exact_rate"] > other["exact_rate"] for other in others
+        )
+    targets = None
+    if {"none", "warm", "webhook"} <= by_name.keys():
+        targets = webhook_targets(
+            none=by_name["none"], warm=by_name["warm"], webhook=by_name["webhook"]
         )
     return {
         "scenario": asdict(scenario),
@@ -406,6 +303,37 @@ def run(
         "node_replacements": len(workload.replacements),
         "results": results,
         "warm_wins": wins,
+        "webhook_targets": targets,
+    }
+
+
+# The targets webhook mode is held to: exact hits well above no extender and close
+# to `warm`; a busiest node no more loaded than `warm`'s (give or take a few
+# hundredths) and within BALANCED wherever `warm` is.
+BALANCED = 1.25
+WIDE_MARGIN = 0.20
+CLOSE_TO_WARM = 0.10
+LOAD_TOLERANCE = 0.05
+
+
+def webhook_targets(*, none: dict, warm: dict, webhook: dict) -> dict:
+    """Webhook mode against its targets: the margins and whether each is met."""
+    load, warm_load = (
+        webhook["busiest_over_mean_load"],
+        warm["busiest_over_mean_load"],
+    )
+    checks = {
+        "beats_none": webhook["exact_rate"] - none["exact_rate"] >= WIDE_MARGIN,
+        "close_to_warm": warm["exact_rate"] - webhook["exact_rate"] <= CLOSE_TO_WARM,
+        "load_like_warm": load <= warm_load + LOAD_TOLERANCE,
+        "balanced_where_warm_is": warm_load > BALANCED or load <= BALANCED,
+    }
+    return {
+        "exact_over_none": round(webhook["exact_rate"] - none["exact_rate"], 4),
+        "exact_under_warm": round(warm["exact_rate"] - webhook["exact_rate"], 4),
+        "busiest_over_warm": round(load - warm_load, 3),
+        **checks,
+        "met": all(checks.values()),
     }
 
 
@@ -432,6 +360,24 @@ def format_table(report: dict) -> str:
         verdict = "yes" if report["warm_wins"] else "no"
         lines.append(
             f"warm beats the others on exact hits with busiest <= 1.25x mean: {verdict}"
+        )
+    targets = report.get("webhook_targets")
+    if targets is not None:
+        missed = [
+            name
+            for name in (
+                "beats_none",
+                "close_to_warm",
+                "load_like_warm",
+                "balanced_where_warm_is",
+            )
+            if not targets[name]
+        ]
+        lines.append(
+            f"webhook: exact hits {targets['exact_over_none']:+.1%} over none, "
+            f"{-targets['exact_under_warm']:+.1%} over warm, busiest/mean "
+            f"{targets['busiest_over_warm']:+.2f} over warm; targets "
+            + ("met" if not missed else "missed: " + ", ".join(missed))
         )
     return "\n".join(lines + ["", format_outcomes(report)])
 

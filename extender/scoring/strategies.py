@@ -337,11 +337,14 @@ STRATEGIES: dict[str, type[SeedStrategy] | type[WarmStrategy]] = {
 }
 
 
-def get_strategy(name: str | None = None) -> SeedStrategy | WarmStrategy:
-    """The strategy called `name`, or the configured one (KSSCHED_SCORING)."""
+def get_strategy(
+    name: str | None = None, *, reader: HistoryReader | None = None
+) -> SeedStrategy | WarmStrategy:
+    """The strategy called `name`, or the configured one (KSSCHED_SCORING), reading
+    from `reader` (default: `history_reader()` at each call)."""
     name = name or settings.KSSCHED_SCORING
     try:
-        return STRATEGIES[name]()
+        return STRATEGIES[name](reader=reader)
     except KeyError:
         raise ValueError(
             f"unknown scoring strategy {name!r}; choose from {sorted(STRATEGIES)}"

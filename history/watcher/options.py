@@ -16,6 +16,8 @@ class Options:
     """How the watcher selects, counts and times out; defaults come from settings."""
 
     scheduler_name: str = ""
+    # Count pods of every scheduler (webhook mode), not only `scheduler_name`'s.
+    any_scheduler: bool = False
     pipeline_label: str = ""
     namespace: str | None = None
     count_when: str = "bound"
@@ -30,6 +32,7 @@ class Options:
     def from_settings(cls, **overrides: Any) -> Options:
         values = dict(
             scheduler_name=settings.KSSCHED_SCHEDULER_NAME,
+            any_scheduler=settings.KSSCHED_WATCH_ANY_SCHEDULER,
             pipeline_label=settings.KSSCHED_PIPELINE_LABEL,
             server_timeout=(
                 settings.KSSCHED_WATCH_SERVER_TIMEOUT_MIN,

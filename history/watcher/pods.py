@@ -68,7 +68,8 @@ class Decision:
 def decide(pod: Any, *, options: Options, event_type: str) -> Decision:
     """Does this pod state count, and how? Pure: no database, no clock.
 
-    A pod counts when its schedulerName is ours, its pipeline label has at least one
+    A pod counts when its schedulerName is ours (or any, with `any_scheduler`), its
+    pipeline label has at least one
     segment and it is bound to a node (with `count_when="running"`: once it runs or
     has succeeded). It ends when it succeeded or failed, or on a DELETED event that
     still carries the label; a DELETED event without the label means the label was
@@ -78,7 +79,10 @@ def decide(pod: Any, *, options: Options, event_type: str) -> Decision:
     if meta is None or spec is None or status is None or not meta.get("uid"):
         return Decision(INVALID, reason="no uid or spec")
     uid = meta["uid"]
-    if spec.get("schedulerName") != options.scheduler_name:
+    if (
+        not options.any_scheduler
+        and spec.get("schedulerName") != options.scheduler_name
+    ):
         return Decision(IGNORE, uid, reason="another scheduler")
     label = _text((_mapping(meta, "labels") or {}).get(options.pipeline_label))
     node = _text(spec.get("nodeName"))
@@ -131,7 +135,9 @@ class PodHandler:
         self.selectors = Selectors(
             namespace=options.namespace,
             label_selector=options.pipeline_label,
-            field_selector=f"spec.schedulerName={options.scheduler_name}",
+            field_selector=""
+            if options.any_scheduler
+            else f"spec.schedulerName={options.scheduler_name}",
         )
 
     def decide(self, type_: str, obj: dict[str, Any]) -> Decision:

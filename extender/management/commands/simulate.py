@@ -48,6 +48,10 @@ HELP = {
     "min_weight": "warm: weight below which a segment counts as forgotten",
     "load_penalty": "warm: points off per active pod above the mean",
     "load_slack": "warm: share above the mean load a node may run unpenalised",
+    "webhook_max_nodes": "webhook: most nodes named in one pod's preferred terms",
+    "webhook_memory": "webhook: seconds a steered pod counts as running",
+    "webhook_workers": "webhook: gunicorn workers, each with its own steering memory",
+    "webhook_pool_days": "webhook: days a node stays in the pipeline pool",
     "seed": "random seed (same seed, same result)",
 }
 
@@ -62,7 +66,8 @@ def measured_outcomes() -> dict:
 class Command(BaseCommand):
     help = (
         "Simulate a cluster and compare the scoring strategies (no extender, seed, "
-        "warm) on cache hits, load balance and time saved."
+        "warm, and warm through the admission webhook) on cache hits, load balance "
+        "and time saved."
     )
 
     def add_arguments(self, parser):

@@ -1,0 +1,183 @@
+"""The simulated clusters: scenarios (every parameter of a run) and the workloads
+they draw, or the recorded ledger replayed as one (see `simulation`)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from extender.scoring.rules import WarmRules
+from history.labels import split_pipeline_label
+from history.models import Placement
+
+LANGUAGES = ("java", "go", "py", "node", "rust", "ruby", "dotnet", "cpp")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Every parameter of a simulation run (all are `manage.py simulate` options)."""
+
+    nodes: int = 30
+    cpu: float = 16.0
+    cache_slots: int = 8
+    pipelines: int = 80
+    languages: int = 4
+    tools: int = 3
+    zipf: float = 1.1
+    runs: int = 2500
+    arrival: float = 10.0
+    fanout: int = 6
+    fanout_share: float = 0.3
+    pod_cpu: float = 2.0
+    run_time: float = 600.0
+    cold_extra: float = 300.0
+    partial_extra: float = 120.0
+    replace_every: float = 6 * 3600.0
+    weight: int = 5
+    percentage: int = 100
+    # Caches here turn over in about a quarter of an hour (8 slots, a pod every few
+    # minutes per node), so a placement's weight halves every 7.2 minutes. In a
+    # cluster, set KSSCHED_HALF_LIFE_DAYS to about half the time a workspace
+    # survives in a node's cache.
+    half_life_days: float = 0.005
+    saturation: float = WarmRules.saturation
+    hotspot_penalty: int = WarmRules.hotspot_penalty
+    min_weight: float = WarmRules.min_weight
+    load_penalty: float = WarmRules.load_penalty
+    load_slack: float = WarmRules.load_slack
+    # Webhook mode: terms per pod, the steering memory's window and how many
+    # gunicorn workers (each with its own memory) share the reviews.
+    webhook_max_nodes: int = 20
+    webhook_memory: float = 120.0
+    webhook_workers: int = 3
+    webhook_pool_days: float = 7.0
+    seed: int = 1
+
+
+SCENARIOS = {
+    "default": Scenario(),
+    # Many pipelines, each run rarely and with little fan-out: caches churn.
+    "many-small": Scenario(
+        pipelines=400,
+        languages=6,
+        tools=4,
+        fanout=2,
+        fanout_share=0.1,
+        zipf=0.8,
+        arrival=7.0,
+    ),
+    # A few hot pipelines with wide fan-out bursts: the hotspot case.
+    "hot-fanout": Scenario(
+        pipelines=12, zipf=1.3, fanout=16, fanout_share=0.6, runs=1000, arrival=30.0
+    ),
+    # Frequent node replacement: history about gone machines must be dropped.
+    "churn": Scenario(replace_every=1800.0),
+    # A large cluster where kube-scheduler scores only a sample of the nodes.
+    "sampled": Scenario(
+        nodes=300, pipelines=600, runs=6000, arrival=1.0, percentage=40
+    ),
+}
+
+
+@dataclass
+class Pod:
+    label: str
+    keys: list[str]
+    cpu: float
+    base: float
+    arrived: float
+
+
+@dataclass
+class Workload:
+    """The pods to place, in arrival order, and when which node is replaced."""
+
+    pods: list[Pod]
+    replacements: list[tuple[float, int]] = field(default_factory=list)
+
+
+def pipeline_labels(scenario: Scenario) -> list[str]:
+    """`<language>-<language><tool>-p<n>` for each pipeline, in popularity order."""
+    rng = random.Random(scenario.seed * 7919 + 1)
+    languages = [LANGUAGES[i % len(LANGUAGES)] for i in range(scenario.languages)]
+    labels = []
+    for index in range(scenario.pipelines):
+        language = rng.randrange(len(languages))
+        tool = rng.randrange(scenario.tools)
+        name = languages[language] + (str(language) if language >= 8 else "")
+        labels.append(f"{name}-{name}{tool}-p{index}")
+    return labels
+
+
+def synthetic_workload(scenario: Scenario) -> Workload:
+    """Draw the workload of `scenario` from its seed."""
+    rng = random.Random(scenario.seed)
+    labels = pipeline_labels(scenario)
+    popularity = [1 / (rank + 1) ** scenario.zipf for rank in range(len(labels))]
+    cumulative = []
+    total = 0.0
+    for weight in popularity:
+        total += weight
+        cumulative.append(total)
+    pods = []
+    now = 0.0
+    for _ in range(scenario.runs):
+        now += rng.expovariate(1 / scenario.arrival)
+        label = rng.choices(labels, cum_weights=cumulative)[0]
+        size = 1
+        if scenario.fanout > 1 and rng.random() < scenario.fanout_share:
+            size = rng.randint(2, scenario.fanout)
+        for _ in range(size):
+            pods.append(
+                Pod(
+                    label=label,
+                    keys=label.split("-"),
+                    cpu=scenario.pod_cpu,
+                    base=rng.expovariate(1 / scenario.run_time),
+                    arrived=now,
+                )
+            )
+    replacements = []
+    if scenario.replace_every > 0:
+        at = 0.0
+        while True:
+            at += rng.expovariate(1 / scenario.replace_every)
+            if at >= now:
+                break
+            replacements.append((at, rng.randrange(scenario.nodes)))
+    return Workload(pods=pods, replacements=replacements)
+
+
+def ledger_workload(scenario: Scenario) -> tuple[Workload, int]:
+    """The recorded placements as a workload, and how many nodes they used.
+
+    Pods arrive when they were bound and run for their recorded run time (from the
+    first container start to the end), else from binding to the end (`run_time`
+    when still running); that time is taken as the warm run time. Node
+    replacements are not replayed. Pods without pipeline segments are skipped.
+    """
+    pods = []
+    nodes = set()
+    start = None
+    rows = Placement.objects.order_by("bound_at", "pk").values_list(
+        "label", "node", "bound_at", "finished_at", "run_seconds"
+    )
+    for label, node, bound_at, finished_at, run_seconds in rows.iterator():
+        keys = split_pipeline_label(label)
+        if not keys:
+            continue
+        start = start if start is not None else bound_at
+        nodes.add(node)
+        ran = (finished_at - bound_at).total_seconds() if finished_at else None
+        if run_seconds is not None:
+            ran = run_seconds
+        pods.append(
+            Pod(
+                label="-".join(keys),
+                keys=keys,
+                cpu=scenario.pod_cpu,
+                base=ran if ran is not None and ran >= 0 else scenario.run_time,
+                arrived=(bound_at - start).total_seconds(),
+            )
+        )
+    return Workload(pods=pods), len(nodes)

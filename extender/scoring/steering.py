@@ -1,0 +1,262 @@
+"""Webhook mode: a label's scores as preferred node-affinity weights, and the memory
+of what was steered so that the pods of a burst spread.
+
+The webhook has no candidate list: it scores the label over every node with history
+for it (plus the nodes a policy pins), through the same strategy code as prioritize,
+and names the warm ones in preferred node-affinity terms. kube-scheduler then adds
+the weights of the terms a node matches (see `default_profile`).
+
+**Bursts.** Every pod of a fan-out is admitted before any is scheduled, so the
+history shows none of them running. `SteeringMemory` remembers, per label and node,
+the pods steered in the last KSSCHED_WEBHOOK_MEMORY_SECONDS, and the scores count
+them as active pods of the label (`with_steered`), as the anti-hotspot rule counts
+running ones: the next pod of the burst finds the node just steered to penalised
+and is steered to the next equally warm node.
+
+The memory belongs to one process. With several gunicorn workers (or replicas) each
+remembers the reviews it answered; the API server spreads a burst's reviews over
+them, so up to one pod per worker may be steered to the same top node before each
+memory learns of it. `manage.py simulate --webhook-memories N` measures the cost.
+After the window the watcher's record of the running pod takes over.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from django.conf import settings
+
+from extender.scoring.rules import MAX_SCORE, NO_HISTORY_SCORE
+from extender.scoring.strategies import Strategy, get_strategy
+from history.labels import split_pipeline_label
+from history.reader import HistoryReader, LabelHistory, history_reader
+
+MIN_WEIGHT = 1
+MAX_WEIGHT = 100
+# Labels remembered at once; beyond this the labels with nothing recent are dropped.
+MAX_LABELS = 4096
+# Steered pods remembered per label (a fan-out wider than this is rare).
+MAX_PER_LABEL = 1024
+
+
+def weight_for(score: int) -> int:
+    """The preferred-term weight (1..100) for a strategy score above the cold one.
+
+    Linear in the score: 10 gives 100 and each point less takes 11 off (2 gives 11),
+    so kube-scheduler's normalised sum keeps the strategy's proportions.
+    """
+    span = MAX_SCORE - NO_HISTORY_SCORE
+    weight = round(MAX_WEIGHT * (score - NO_HISTORY_SCORE) / span)
+    return max(MIN_WEIGHT, min(MAX_WEIGHT, weight))
+
+
+class SteeringMemory:
+    """Pods steered per label and node in the last few minutes, in this process.
+
+    Thread-safe; `window` is given per call so that tests and the simulator can
+    choose it (the webhook passes KSSCHED_WEBHOOK_MEMORY_SECONDS).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._steered: dict[str, deque[tuple[float, str]]] = {}
+
+    def steered(self, label: str, *, now: float, window: float) -> dict[str, int]:
+        """node -> pods of `label` steered there in (now - window, now]."""
+        with self._lock:
+            entries = self._steered.get(label)
+            if not entries:
+                return {}
+            self._expire(entries, now - window)
+            counts: dict[str, int] = {}
+            for at, node in entries:
+                if at <= now:
+                    counts[node] = counts.get(node, 0) + 1
+            return counts
+
+    def remember(self, label: str, node: str, *, now: float, window: float) -> None:
+        """One pod of `label` was steered to `node` at `now`."""
+        with self._lock:
+            entries = self._steered.get(label)
+            if entries is None:
+                if len(self._steered) >= MAX_LABELS:
+                    self._drop_stale(now - window)
+                entries = self._steered[label] = deque(maxlen=MAX_PER_LABEL)
+            entries.append((now, node))
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._steered.clear()
+
+    @staticmethod
+    def _expire(entries: deque, before: float) -> None:
+        while entries and entries[0][0] <= before:
+            entries.popleft()
+
+    def _drop_stale(self, before: float) -> None:
+        for label in list(self._steered):
+            entries = self._steered[label]
+            self._expire(entries, before)
+            if not entries:
+                del self._steered[label]
+        if len(self._steered) >= MAX_LABELS:
+            # Still full of recent labels: the oldest-created half goes.
+            for label in list(self._steered)[: MAX_LABELS // 2]:
+                del self._steered[label]
+
+
+_MEMORY = SteeringMemory()
+
+
+def process_memory() -> SteeringMemory:
+    """This process's steering memory (one per gunicorn worker)."""
+    return _MEMORY
+
+
+def with_steered(history: LabelHistory, steered: Mapping[str, int]) -> LabelHistory:
+    """`history` with the steered pods added to the label's active pods."""
+    if not steered:
+        return history
+    active = dict(history.active)
+    for node, pods in steered.items():
+        active[node] = active.get(node, 0) + pods
+    return replace(history, active=active)
+
+
+@dataclass(frozen=True, slots=True)
+class FixedReader:
+    """A HistoryReader that answers every read with one LabelHistory read before.
+
+    The webhook reads the label once (every node with history) and hands the value,
+    steered pods included, to the strategy; the strategy's own read gets it back.
+    Its rows cover every node the strategy is asked about.
+    """
+
+    history: LabelHistory
+
+    def read(
+        self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
+    ) -> LabelHistory:
+        return self.history
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One preferred node-affinity term: `node` by name, with `weight`."""
+
+    node: str
+    weight: int
+    score: int
+
+
+@dataclass
+class Plan:
+    """What the webhook would inject for one pod, and the inputs behind it.
+
+    `nodes` are the nodes scored (every node with history, pinned ones and the
+    pool), with their `scores`; `terms` the warmest of them, heaviest first;
+    `target` the node the pod is most likely steered to (None without terms).
+    """
+
+    label: str | None
+    strategy: Strategy | None = None
+    nodes: list[str] = field(default_factory=list)
+    scores: list[int] = field(default_factory=list)
+    terms: list[Term] = field(default_factory=list)
+    steered: dict[str, int] = field(default_factory=dict)
+    history: LabelHistory | None = None
+    dropped: list[str] = field(default_factory=list)
+
+    @property
+    def target(self) -> str | None:
+        return self.terms[0].node if self.terms else None
+
+
+def _pinned(history: LabelHistory) -> set[str]:
+    return {
+        node
+        for key in history.keys
+        for node, action in history.policies.nodes.get(key, {}).items()
+        if action == "pin"
+    }
+
+
+def plan_terms(
+    *,
+    label: str | None,
+    memory: SteeringMemory,
+    now: float | None = None,
+    window: float | None = None,
+    max_nodes: int | None = None,
+    reader: HistoryReader | None = None,
+    make_strategy: Callable[[HistoryReader], Strategy] | None = None,
+    pool: Iterable[str] = (),
+) -> Plan:
+    """The preferred terms for a pod with pipeline `label`, read from the history.
+
+    Scores every node with history for the label (read once, steered pods added to
+    the active ones) with the configured strategy, or `make_strategy(reader)`.
+    The nodes of `pool` (the nodes pipeline pods run on) are scored with them: the
+    load rule compares a node with the mean of the nodes scored, as prioritize
+    compares it with the mean of kube-scheduler's candidates, and the nodes with
+    history for one label are busier than the pool. Nodes scoring 1 or less get no
+    term; the `max_nodes` best do, heaviest first, equal weights broken by fewer
+    running pipeline pods, then by name. Raises DatabaseError when the history
+    cannot be read.
+    """
+    keys = split_pipeline_label(label)
+    if not keys:
+        return Plan(label=label)
+    now = time.time() if now is None else now
+    window = settings.KSSCHED_WEBHOOK_MEMORY_SECONDS if window is None else window
+    max_nodes = settings.KSSCHED_WEBHOOK_MAX_NODES if max_nodes is None else max_nodes
+    read = (reader or history_reader()).read(keys=keys, label=label or "", nodes=None)
+    steered = memory.steered(label or "", now=now, window=window)
+    history = with_steered(read, steered)
+    nodes = sorted(set(history.rows) | _pinned(history) | set(pool))
+    fixed = FixedReader(history)
+    strategy = make_strategy(fixed) if make_strategy else get_strategy(reader=fixed)
+    scores = strategy.score(label=label, nodes=nodes, now=now) if nodes else []
+    busy = history.busy
+
+    def order(pair: tuple[str, int]) -> tuple:
+        node, score = pair
+        return (-score, busy.get(node, 0) + steered.get(node, 0), node)
+
+    # Only nodes with history (or a pin) score above 1: the pool's cold nodes are
+    # scored for the mean alone.
+    warm = sorted(
+        (
+            pair
+            for pair in zip(nodes, scores, strict=True)
+            if pair[1] > NO_HISTORY_SCORE
+        ),
+        key=order,
+    )
+    limit = max(0, max_nodes)
+    terms = [Term(node, weight_for(score), score) for node, score in warm[:limit]]
+    return Plan(
+        label=label,
+        strategy=strategy,
+        nodes=nodes,
+        scores=scores,
+        terms=terms,
+        steered=steered,
+        history=history,
+        dropped=[node for node, _ in warm[limit:]],
+    )
+
+
+def remember_plan(
+    plan: Plan, *, memory: SteeringMemory, now: float, window: float | None = None
+) -> None:
+    """Count the pod `plan` was made for as running on its target for a while."""
+    if plan.target is None or not plan.label:
+        return
+    window = settings.KSSCHED_WEBHOOK_MEMORY_SECONDS if window is None else window
+    memory.remember(plan.label, plan.target, now=now, window=window)

@@ -1,0 +1,266 @@
+"""Webhook mode: `POST /webhook/mutate`, a mutating admission webhook for pipeline pods.
+
+The cluster's default scheduler places the pods; the webhook only adds preferred
+node-affinity terms for the warm nodes to each new pipeline pod (see
+`extender.scoring.steering`). It never blocks a pod: every well-formed review is
+answered `allowed: true`, a pod it cannot handle gets a warning instead of a patch,
+and a body that is not an AdmissionReview gets a 400 (the API server then admits
+the pod unchanged under `failurePolicy: Ignore`).
+
+The route is not under /scheduler/: the API server calls it from outside the pod,
+over the web listener's TLS.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.conf import settings
+from django.db import DatabaseError
+from rest_framework.exceptions import ParseError, UnsupportedMediaType
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from extender.admission import (
+    AdmissionRequest,
+    AdmissionReviewError,
+    PodShapeError,
+    admission_response,
+    affinity_patch,
+    parse_admission_review,
+    pod_label,
+    pod_spec,
+    preferred_term,
+)
+from extender.parsers import ORJSONParser
+from extender.renderers import ExtenderContentNegotiation, ORJSONRenderer
+from extender.scoring.steering import (
+    Plan,
+    SteeringMemory,
+    plan_terms,
+    process_memory,
+    remember_plan,
+)
+from extender.scoring.strategies import get_strategy
+from history.labels import split_pipeline_label
+from history.queries import pool_nodes
+
+logger = logging.getLogger(__name__)
+
+WARNING_PREFIX = "ks-scheduler: "
+# The pipeline pool is re-read at most this often: it changes as nodes come and go.
+POOL_SECONDS = 60.0
+
+
+class PipelinePool:
+    """The pipeline pool, re-read at most once a minute: the nodes that ran a
+    pipeline pod, or that the watcher first saw, in the last
+    KSSCHED_WEBHOOK_POOL_DAYS (`history.queries.pool_nodes`).
+
+    `plan_terms` scores them with the nodes that have history for the label, so
+    the load rule compares a node with the pool's mean as prioritize compares it
+    with kube-scheduler's candidates. Per process, like the steering memory.
+    """
+
+    def __init__(self) -> None:
+        self.read_at: float | None = None
+        self.nodes: tuple[str, ...] = ()
+
+    def at(self, now: float) -> tuple[str, ...]:
+        """The pool as of `now` (re-read when older than POOL_SECONDS)."""
+        if self.read_at is None or not 0 <= now - self.read_at < POOL_SECONDS:
+            since = now - settings.KSSCHED_WEBHOOK_POOL_DAYS * 86400.0
+            self.nodes = tuple(pool_nodes(since=since))
+            self.read_at = now
+        return self.nodes
+
+    def clear(self) -> None:
+        """Forget the pool: the next call reads it."""
+        self.read_at = None
+        self.nodes = ()
+
+
+pipeline_pool = PipelinePool()
+
+
+def pod_decision(pod: dict) -> tuple[str | None, str]:
+    """(label, why) for a pod being created: the label when the webhook should add
+    terms, else None and the reason. Raises PodShapeError for a malformed pod."""
+    label = pod_label(pod, settings.KSSCHED_PIPELINE_LABEL)
+    spec = pod_spec(pod)
+    if spec.get("nodeName"):
+        return None, "the pod names its node (spec.nodeName)"
+    if spec.get("schedulerName") == settings.KSSCHED_SCHEDULER_NAME:
+        return None, (
+            f"the pod names schedulerName {settings.KSSCHED_SCHEDULER_NAME}: "
+            "the extender scores it"
+        )
+    if label is None:
+        return None, f"the pod has no {settings.KSSCHED_PIPELINE_LABEL} label"
+    if not split_pipeline_label(label):
+        return None, "the pipeline label has no segment"
+    return label, "pipeline pod"
+
+
+def patch_for(pod: dict, plan: Plan) -> list[dict]:
+    """The JSON Patch that adds `plan`'s terms to `pod` (empty without terms)."""
+    terms = [preferred_term(term.node, term.weight) for term in plan.terms]
+    return affinity_patch(pod, terms)
+
+
+def answer_review(
+    request: AdmissionRequest, *, memory: SteeringMemory, now: float
+) -> dict:
+    """The AdmissionReview answer for `request`: always allowed; a patch for a new
+    pipeline pod with warm nodes; a warning when the pod or the history cannot be
+    read. Remembers the steered pod unless the request is a dry run."""
+    uid = request.uid
+    if not request.is_pod_create:
+        return admission_response(uid)
+    pod = request.object
+    try:
+        if not isinstance(pod, dict):
+            raise PodShapeError("the review carries no Pod object")
+        label, why = pod_decision(pod)
+        if label is None:
+            logger.debug("No terms for pod %s: %s", request.pod_ref(), why)
+            return admission_response(uid)
+        pool = pipeline_pool.at(now)
+        plan = plan_terms(label=label, memory=memory, now=now, pool=pool)
+        patch = patch_for(pod, plan)
+    except PodShapeError as exc:
+        logger.warning("Admitted pod %s unchanged: %s", request.pod_ref(), exc.message)
+        return admission_response(
+            uid, warnings=[f"{WARNING_PREFIX}no node preferences added: {exc.message}"]
+        )
+    except DatabaseError as exc:
+        logger.warning(
+            "Admitted pod %s unchanged: history unavailable (%s)",
+            request.pod_ref(),
+            exc,
+        )
+        return admission_response(
+            uid,
+            warnings=[
+                f"{WARNING_PREFIX}no node preferences added: history unavailable"
+            ],
+        )
+    if not request.dry_run:
+        remember_plan(plan, memory=memory, now=now)
+    logger.debug(
+        "Pod %s (label %r): %d preferred terms, heaviest on %s",
+        request.pod_ref(),
+        label,
+        len(plan.terms),
+        plan.target,
+    )
+    return admission_response(uid, patch=patch)
+
+
+class WebhookMutateView(APIView):
+    """`POST /webhook/mutate`: an AdmissionReview in, an AdmissionReview out."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+    parser_classes = [ORJSONParser]
+    renderer_classes = [ORJSONRenderer]
+    content_negotiation_class = ExtenderContentNegotiation
+    throttle_classes = []
+    http_method_names = ["post", "options"]
+
+    def post(self, request):
+        started = time.perf_counter()
+        try:
+            review = parse_admission_review(request.data)
+        except (ParseError, UnsupportedMediaType) as exc:
+            return _bad_request(request, str(exc.detail))
+        except AdmissionReviewError as exc:
+            return _bad_request(request, exc.message)
+        answer = answer_review(review, memory=process_memory(), now=time.time())
+        logger.debug(
+            "Answered review %s in %.1f ms",
+            review.uid,
+            (time.perf_counter() - started) * 1000,
+        )
+        return Response(answer)
+
+
+def _bad_request(request, message: str) -> Response:
+    """A 400 for a body that is not an AdmissionReview (logged at WARNING)."""
+    logger.warning("Rejected %s with 400: %s", request.path, message)
+    return Response({"detail": message}, status=400)
+
+
+def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
+    """The dry run behind `POST /scheduler/explain?mode=webhook`: the terms the
+    webhook would add to `pod` now, the patch, and each scored node's reasons.
+
+    Read-only: the steering memory is read, never written. Keys: mode, strategy,
+    label, patched, reason, terms, patch, nodes (the strategy's explanation of each
+    node with history, a term or steered pods, plus steered_pods, weight and
+    term), pool (how many nodes the load rule's mean is taken over).
+    """
+    memory = process_memory()
+    label, reason = pod_decision(pod)
+    body: dict = {
+        "mode": "webhook",
+        "strategy": strategy or settings.KSSCHED_SCORING,
+        "label": pod_label(pod, settings.KSSCHED_PIPELINE_LABEL),
+        "patched": False,
+        "reason": reason,
+        "max_nodes": settings.KSSCHED_WEBHOOK_MAX_NODES,
+        "memory_seconds": settings.KSSCHED_WEBHOOK_MEMORY_SECONDS,
+        "terms": [],
+        "patch": [],
+        "nodes": [],
+    }
+    if label is None:
+        return body
+    now = time.time()
+    plan = plan_terms(
+        label=label,
+        memory=memory,
+        now=now,
+        make_strategy=_named(strategy),
+        pool=pipeline_pool.at(now),
+    )
+    assert plan.strategy is not None
+    body["strategy"] = plan.strategy.name
+    weights = {term.node: term.weight for term in plan.terms}
+    dropped = set(plan.dropped)
+    # Scored over the whole pool (the load rule's mean), shown for the nodes with
+    # history, a term or steered pods.
+    assert plan.history is not None
+    shown = plan.history.rows.keys() | weights.keys() | plan.steered.keys()
+    rows = [
+        row
+        for row in plan.strategy.explain(label=label, nodes=plan.nodes, now=now)
+        if row["node"] in shown
+    ]
+    for row in rows:
+        node = row["node"]
+        row["steered_pods"] = plan.steered.get(node, 0)
+        row["weight"] = weights.get(node)
+        if node in weights:
+            row["term"] = f"weight {weights[node]} from score {row['score']}"
+        elif node in dropped:
+            row["term"] = (
+                f"none: beyond the {settings.KSSCHED_WEBHOOK_MAX_NODES} warmest nodes"
+            )
+        else:
+            row["term"] = f"none: score {row['score']} (only scores above 1 get one)"
+    body["nodes"] = rows
+    body["pool"] = len(plan.nodes)
+    body["terms"] = [preferred_term(term.node, term.weight) for term in plan.terms]
+    body["patch"] = patch_for(pod, plan)
+    body["patched"] = bool(body["patch"])
+    if not plan.terms:
+        body["reason"] = "no node with history scores above 1"
+    return body
+
+
+def _named(name: str | None):
+    """A strategy factory for `plan_terms` (None: the configured strategy)."""
+    return lambda reader: get_strategy(name, reader=reader)

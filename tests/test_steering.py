@@ -1,0 +1,196 @@
+"""Webhook mode's scoring: weights from scores, the burst memory, the pipeline pool."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+
+from extender.scoring import steering
+from extender.scoring.rules import WarmRules
+from extender.scoring.steering import (
+    SteeringMemory,
+    plan_terms,
+    remember_plan,
+    weight_for,
+    with_steered,
+)
+from extender.scoring.strategies import WarmStrategy
+from extender.webhook import PipelinePool
+from history.ledger import increment_key_nodes
+from history.models import NodeRecord
+from history.queries import pool_nodes
+from history.reader import empty_history
+from history.reader.memory import MemoryHistory
+from tests.helpers import place
+
+HOUR = 3600.0
+
+
+def test_weights_rise_with_the_score_from_1_to_100():
+    assert [weight_for(score) for score in range(2, 11)] == [
+        11,
+        22,
+        33,
+        44,
+        56,
+        67,
+        78,
+        89,
+        100,
+    ]
+    assert weight_for(1) == 1 and weight_for(0) == 1 and weight_for(12) == 100
+
+
+def test_memory_counts_per_label_and_node_within_the_window():
+    memory = SteeringMemory()
+    memory.remember("a", "n1", now=100.0, window=60.0)
+    memory.remember("a", "n1", now=130.0, window=60.0)
+    memory.remember("a", "n2", now=130.0, window=60.0)
+    memory.remember("b", "n1", now=130.0, window=60.0)
+    assert memory.steered("a", now=130.0, window=60.0) == {"n1": 2, "n2": 1}
+    assert memory.steered("b", now=130.0, window=60.0) == {"n1": 1}
+    # The first pod leaves the window at 160; the rest at 190.
+    assert memory.steered("a", now=160.0, window=60.0) == {"n1": 1, "n2": 1}
+    assert memory.steered("a", now=190.0, window=60.0) == {}
+    assert memory.steered("c", now=190.0, window=60.0) == {}
+    # A window of 0 remembers nothing, even within the same instant.
+    memory.remember("a", "n1", now=200.0, window=0.0)
+    assert memory.steered("a", now=200.0, window=0.0) == {}
+
+
+def test_memory_is_bounded(monkeypatch):
+    monkeypatch.setattr(steering, "MAX_LABELS", 4)
+    monkeypatch.setattr(steering, "MAX_PER_LABEL", 3)
+    memory = SteeringMemory()
+    for pod in range(5):
+        memory.remember("a", "n1", now=float(pod), window=HOUR)
+    assert memory.steered("a", now=10.0, window=HOUR) == {"n1": 3}
+    for label in "bcdefg":
+        memory.remember(label, "n1", now=10.0, window=HOUR)
+    assert len(memory._steered) <= 4
+    assert memory.steered("g", now=10.0, window=HOUR) == {"n1": 1}
+
+
+def test_memory_is_thread_safe():
+    memory = SteeringMemory()
+
+    def steer():
+        for _ in range(500):
+            memory.remember("a", "n1", now=1.0, window=HOUR)
+            memory.steered("a", now=1.0, window=HOUR)
+
+    threads = [threading.Thread(target=steer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert memory.steered("a", now=1.0, window=HOUR) == {"n1": 1024}
+
+
+def test_steered_pods_are_added_to_the_active_ones():
+    history = empty_history(["a"])
+    assert with_steered(history, {}) is history
+    history = with_steered(
+        with_steered(history, {"n1": 1}), {"n1": 2, "n2": 1}
+    )  # two reads in a row
+    assert history.active == {"n1": 3, "n2": 1}
+
+
+def memory_cluster():
+    history = MemoryHistory(half_life=HOUR)
+    for node, keys, times in [
+        ("n1", ["ci", "app"], 3),
+        ("n2", ["ci", "app"], 3),
+        ("n3", ["ci"], 5),
+    ]:
+        for _ in range(times):
+            history.place(keys=keys, label="-".join(keys), node=node, now=0.0)
+            history.finish(label="-".join(keys), node=node)
+    return history
+
+
+def plan(history, memory=None, **options):
+    return plan_terms(
+        label="ci-app",
+        memory=memory or SteeringMemory(),
+        now=60.0,
+        window=120.0,
+        max_nodes=options.pop("max_nodes", 20),
+        reader=history,
+        make_strategy=lambda reader: WarmStrategy(
+            rules=WarmRules(), reader=reader, half_life=HOUR
+        ),
+        **options,
+    )
+
+
+def test_plan_names_the_warm_nodes_heaviest_first():
+    result = plan(memory_cluster())
+    assert [(t.node, t.score, t.weight) for t in result.terms] == [
+        ("n1", 9, 89),
+        ("n2", 9, 89),
+        ("n3", 4, 33),
+    ]
+    assert result.target == "n1"
+    assert [t.node for t in plan(memory_cluster(), max_nodes=1).terms] == ["n1"]
+    assert plan(memory_cluster(), max_nodes=1).dropped == ["n2", "n3"]
+    assert plan(memory_cluster(), max_nodes=0).terms == []
+    assert plan_terms(label="--", memory=SteeringMemory()).terms == []
+
+
+def test_equal_weights_go_to_the_node_with_fewer_pipeline_pods_first():
+    history = memory_cluster()
+    history.place(keys=["go"], label="go", node="n1", now=50.0)
+    assert plan(history).target == "n2"
+
+
+def test_a_remembered_pod_steers_the_next_one_elsewhere():
+    history, memory = memory_cluster(), SteeringMemory()
+    first = plan(history, memory)
+    remember_plan(first, memory=memory, now=60.0, window=120.0)
+    second = plan(history, memory)
+    assert (first.target, second.target) == ("n1", "n2")
+    assert second.steered == {"n1": 1}
+    assert {t.node: t.weight for t in second.terms} == {"n2": 89, "n1": 67, "n3": 33}
+
+
+def test_the_pool_sets_the_mean_of_the_load_rule():
+    """A busy warm node keeps its term when only warm nodes are scored, and loses it
+    against the mean of a pool of idle nodes."""
+    history = memory_cluster()
+    for _ in range(3):
+        history.place(keys=["go"], label="go", node="n1", now=50.0)
+    alone = {t.node: t.score for t in plan(history).terms}
+    pool = [f"idle{i}" for i in range(7)]
+    pooled = {t.node: t.score for t in plan(history, pool=pool).terms}
+    assert alone["n1"] > pooled.get("n1", 1)
+    assert all(node not in pooled for node in pool), "cold nodes get no term"
+
+
+@pytest.mark.django_db
+def test_pool_nodes_are_those_placed_or_seen_recently():
+    place("u1", "ci-app", "n1")
+    increment_key_nodes(keys=["ci"], node="n2", now=timezone.now() - timedelta(days=9))
+    NodeRecord.objects.create(name="n3", uid="x")
+    old = NodeRecord.objects.create(name="n4", uid="y")
+    NodeRecord.objects.filter(pk=old.pk).update(
+        first_seen_at=timezone.now() - timedelta(days=9),
+        updated=timezone.now() - timedelta(days=9),
+    )
+    since = time.time() - 7 * 86400
+    assert pool_nodes(since=since) == ["n1", "n3"]
+
+
+@pytest.mark.django_db
+def test_webhook_pool_is_read_once_a_minute():
+    pool = PipelinePool()
+    place("u1", "ci-app", "n1")
+    with override_settings(KSSCHED_WEBHOOK_POOL_DAYS=7):
+        now = time.time()
+        assert pool.at(now) == ("n1",)
+        place("u2", "ci-app", "n2")
+        assert pool.at(now + 30) == ("n1",)
+        assert pool.at(now + 61) == ("n1", "n2")
