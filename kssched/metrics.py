@@ -83,6 +83,7 @@ _REASONS = {
     404: "not_found",
     405: "method_not_allowed",
     406: "not_acceptable",
+    408: "request_timeout",
     413: "body_too_large",
     415: "unsupported_media_type",
     500: "server_error",

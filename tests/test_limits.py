@@ -1,6 +1,7 @@
 """Input that could exhaust a worker: label values no pod can carry, chunked bodies,
 bodies whose parsed form would not fit the worker's memory."""
 
+import http.client
 import time
 
 import orjson
@@ -9,8 +10,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from extender.parsers import estimate_decoded_bytes
 from extender.serializers import is_valid_label_value
 from history.services import increment_key_nodes
+from tests.helpers import load_fixture, run_gunicorn
 
 PRIORITIZE = "/scheduler/priorities/pipeline"
 FILTER = "/scheduler/predicates/alwaystrue"
@@ -85,3 +88,107 @@ def test_a_63_character_label_is_still_scored():
     assert response.status_code == 200, response.content
     scores = {row["Host"]: row["Score"] for row in orjson.loads(response.content)}
     assert scores["node1"] > scores["node2"] == 1
+
+
+# --- decoded size ---------------------------------------------------------------------
+
+
+def node_list_body(items: list) -> bytes:
+    return orjson.dumps({"Pod": {}, "Nodes": {"metadata": {}, "items": items}})
+
+
+def real_nodes_up_to(size: int) -> bytes:
+    """The recorded Node object of the fixture, renamed and repeated to `size` bytes."""
+    node = orjson.loads(load_fixture("prioritize-nodes.json"))["Nodes"]["items"][0]
+    one = len(orjson.dumps(node)) + 1
+    count = size // one - 1
+    items = [
+        {**node, "metadata": {**node["metadata"], "name": f"worker-{i}"}}
+        for i in range(count)
+    ]
+    return node_list_body(items)
+
+
+@pytest.mark.django_db
+def test_a_body_of_tiny_objects_is_refused_before_it_is_decoded(settings):
+    settings.KSSCHED_MAX_BODY_BYTES = 2 * 2**20
+    body = b'{"Pod":{},"Nodes":{"items":[' + b",".join([b"{}"] * 600_000) + b"]}}"
+    assert len(body) < settings.KSSCHED_MAX_BODY_BYTES
+    started = time.perf_counter()
+    response = APIClient().generic("POST", FILTER, body, content_type="application/json")
+    elapsed = time.perf_counter() - started
+    assert response.status_code == 413, response.content[:200]
+    error = orjson.loads(response.content)["Error"]
+    assert "once decoded" in error and "over the limit of 16 MiB" in error
+    assert elapsed < 2.0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", [FILTER, PRIORITIZE])
+def test_real_node_lists_up_to_the_body_limit_are_accepted(settings, url):
+    settings.KSSCHED_MAX_BODY_BYTES = 2 * 2**20
+    body = real_nodes_up_to(settings.KSSCHED_MAX_BODY_BYTES)
+    assert len(body) > 0.9 * settings.KSSCHED_MAX_BODY_BYTES
+    response = APIClient().generic("POST", url, body, content_type="application/json")
+    assert response.status_code == 200, response.content[:300]
+
+
+def test_the_estimate_bounds_what_decoding_takes():
+    import tracemalloc
+
+    for body in (
+        real_nodes_up_to(2**20),
+        b"[" + b",".join([b"{}"] * 100_000) + b"]",
+        b"[" + b",".join([b'{"a":1}'] * 100_000) + b"]",
+        b"[" + b",".join([b"1000"] * 100_000) + b"]",
+        b"[" + b",".join([b'"x"'] * 100_000) + b"]",
+    ):
+        tracemalloc.start()
+        decoded = orjson.loads(body)
+        taken = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        del decoded
+        assert estimate_decoded_bytes(body) >= taken, body[:40]
+
+
+# --- chunked bodies, through the real gunicorn ----------------------------------------
+
+
+def chunked_post(url, path, pieces):
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request(
+            "POST",
+            path,
+            body=iter(pieces),
+            headers={"Content-Type": "application/json", "Host": "localhost"},
+            encode_chunked=True,
+        )
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chunked_bodies_are_read_and_limited():
+    body = load_fixture("prioritize-nodenames.json")
+    pieces = [body[i : i + 100] for i in range(0, len(body), 100)]
+    with run_gunicorn({"KSSCHED_MAX_BODY_BYTES": str(2**20)}, workers=1) as (url, _):
+        status, answer = chunked_post(url, PRIORITIZE, pieces)
+        assert status == 200, answer
+        assert [row["Host"] for row in orjson.loads(answer)] == ["worker-2", "worker-1"]
+
+        status, answer = chunked_post(url, FILTER, pieces)
+        assert status == 200, answer
+        assert orjson.loads(answer)["NodeNames"] == ["worker-2", "worker-1"]
+
+        # 3 MiB sent in 64 KiB chunks: refused once past the 1 MiB limit.
+        big = real_nodes_up_to(3 * 2**20)
+        pieces = [big[i : i + 65536] for i in range(0, len(big), 65536)]
+        status, answer = chunked_post(url, FILTER, pieces)
+        assert status == 413, answer[:200]
+        assert orjson.loads(answer)["Error"] == (
+            f"chunked request body is over the limit of {2**20} bytes"
+        )
