@@ -115,7 +115,9 @@ def test_a_body_of_tiny_objects_is_refused_before_it_is_decoded(settings):
     body = b'{"Pod":{},"Nodes":{"items":[' + b",".join([b"{}"] * 600_000) + b"]}}"
     assert len(body) < settings.KSSCHED_MAX_BODY_BYTES
     started = time.perf_counter()
-    response = APIClient().generic("POST", FILTER, body, content_type="application/json")
+    response = APIClient().generic(
+        "POST", FILTER, body, content_type="application/json"
+    )
     elapsed = time.perf_counter() - started
     assert response.status_code == 413, response.content[:200]
     error = orjson.loads(response.content)["Error"]
