@@ -37,7 +37,7 @@ class BodyNotReceived(APIException):
     """The body did not arrive within the read timeout, or the client went away."""
 
     status_code = status.HTTP_408_REQUEST_TIMEOUT
-    default_code = "request_timeout"
+    default_code = "read_timeout"
 
 
 def estimate_decoded_bytes(body: bytes) -> int:

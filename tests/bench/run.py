@@ -2,11 +2,12 @@
 
     python -m tests.bench.run [--quick] [--out bench-results/latest.json]
 
-Starts two servers on loopback ports, both with kssched/gunicorn_conf.py: ks-scheduler
-itself (against a fresh database holding 100 000 KeyNode rows, SQLite by default or
-DATABASE_URL when set) and the floor app (tests/bench/floor.py). For filter and
-prioritize, at 100, 1000 and 5000 nodes, with node names and with full Node objects,
-it measures:
+Starts two servers on loopback ports, both with kssched/gunicorn_conf.py as the
+extender listener (KSSCHED_LISTENER=extender, as kube-scheduler reaches it):
+ks-scheduler itself (against a fresh database holding 100 000 KeyNode rows, SQLite
+by default or DATABASE_URL when set) and the floor app (tests/bench/floor.py). For
+filter and prioritize, at 100, 1000 and 5000 nodes, with node names and with full
+Node objects, it measures:
 
 - serial latency (p50, p90, p99), one request at a time as kube-scheduler sends
   them, each on a new connection (sync workers answer `Connection: close`);
@@ -206,7 +207,12 @@ def stats(timings: list[float], rps: float) -> Stats:
 
 def start_gunicorn(app: str, env: dict, log_path: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    env = {**env, "KSSCHED_BIND": f"127.0.0.1:{port}"}
+    # The extender listener, as kube-scheduler reaches it (kssched.serve).
+    env = {
+        **env,
+        "KSSCHED_LISTENER": "extender",
+        "KSSCHED_EXTENDER_BIND": f"127.0.0.1:{port}",
+    }
     log = open(log_path, "ab")  # noqa: SIM115 - the child keeps it
     process = subprocess.Popen(
         [
@@ -251,8 +257,10 @@ def server_env(workdir: Path) -> dict:
         "DEBUG": "0",
         "LOG_LEVEL": "WARNING",
         "DATA_PATH": str(workdir / "scheduler.db"),
+        # 5000 full Node objects are 69 MB, over the default limit.
+        "KSSCHED_MAX_BODY_BYTES": str(128 * 2**20),
     }
-    for name in ("DATABASE_URL", "WEB_CONCURRENCY", "KSSCHED_SCORING"):
+    for name in ("DATABASE_URL", "KSSCHED_EXTENDER_WORKERS", "KSSCHED_SCORING"):
         if os.environ.get(name):
             env[name] = os.environ[name]
     return env
@@ -439,7 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     info["database"] = vendor
     info["scoring"] = env.get("KSSCHED_SCORING") or "default (KSSCHED_SCORING unset)"
-    info["workers"] = int(env.get("WEB_CONCURRENCY", "0")) or "gunicorn_conf default"
+    info["workers"] = (
+        int(env.get("KSSCHED_EXTENDER_WORKERS", "0")) or "gunicorn_conf default"
+    )
     text = table(cases)
     print()
     print(
