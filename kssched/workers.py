@@ -27,7 +27,13 @@ import socket
 import time
 
 from gunicorn import glogging, util
-from gunicorn.http.errors import NoMoreData
+from gunicorn.http.errors import (
+    ConfigurationProblem,
+    InvalidResponseHeader,
+    InvalidResponseHeaderName,
+    NoMoreData,
+    ParseException,
+)
 from gunicorn.workers.sync import SyncWorker
 
 logger = logging.getLogger("kssched.workers")
@@ -223,8 +229,15 @@ class ExtenderWorker(SyncWorker):
         """gunicorn's own error answers, counted as extender errors."""
         if isinstance(exc, SystemExit):
             reason = "worker_timeout"
+        elif type(exc).__name__ in _GUNICORN_REASONS:
+            reason = _GUNICORN_REASONS[type(exc).__name__]
+        elif isinstance(exc, ParseException) and not isinstance(
+            exc,
+            (InvalidResponseHeader, InvalidResponseHeaderName, ConfigurationProblem),
+        ):
+            reason = "bad_request"
         else:
-            reason = _GUNICORN_REASONS.get(type(exc).__name__, "bad_request")
+            reason = "exception"
         count_error(path=getattr(req, "path", None), reason=reason)
         super().handle_error(req, client, addr, exc)
 
