@@ -441,7 +441,11 @@ def test_probes_point_at_the_right_endpoints(builds):
         get = scheduler[probe]["httpGet"]
         assert (get["path"], get["port"], get["scheme"]) == ("/healthz", 10259, "HTTPS")
     extender = by_name["extender"]
-    assert extender["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # Liveness checks the extender listener from inside the container (the kubelet
+    # reaches only the web listener, which clients on the network can keep busy).
+    probe = ["python", "-m", "kssched.probe"]
+    assert extender["livenessProbe"]["exec"]["command"] == probe
+    assert extender["startupProbe"]["exec"]["command"] == probe
     assert extender["readinessProbe"]["httpGet"]["path"] == "/readyz"
     watcher = by_name["watcher"]
     assert watcher["livenessProbe"]["exec"]["command"] == [

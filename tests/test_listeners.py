@@ -3,9 +3,12 @@ port and the extender listener on loopback, each with its own workers. Slow clie
 on either must not hold up kube-scheduler's calls."""
 
 import http.client
+import os
 import re
 import socket
 import statistics
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from history.services import increment_key_nodes
-from tests.helpers import load_fixture, log_path, run_gunicorn, run_servers
+from tests.helpers import REPO, load_fixture, log_path, run_gunicorn, run_servers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,10 +84,22 @@ def samples_of(text: str) -> dict:
     }
 
 
-def metric(url, name, **labels) -> float:
-    status, text, _ = call(url, "GET", "/metrics")
-    assert status == 200, text
-    return samples_of(text.decode()).get((name, tuple(sorted(labels.items()))), 0.0)
+def metric(url, name, *, at_least: float = 0, **labels) -> float:
+    """A sample scraped from /metrics on `url`.
+
+    Calls are counted just after their reply went out, so a scrape right after a
+    reply may come too early: with `at_least`, scrape again for up to 5 s until the
+    value gets there (and return whatever it is then).
+    """
+    deadline = time.monotonic() + 5
+    while True:
+        status, text, _ = call(url, "GET", "/metrics")
+        assert status == 200, text
+        key = (name, tuple(sorted(labels.items())))
+        found = samples_of(text.decode()).get(key, 0.0)
+        if found >= at_least or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 # --- slow clients ---------------------------------------------------------------------
@@ -159,11 +174,16 @@ def test_stalled_clients_on_the_extender_listener_are_dropped_after_the_read_tim
             for sock in [*held, body_staller, trickler]:
                 sock.close()
         after = metric(
-            web, "kssched_extender_errors_total", verb="unknown", reason="read_timeout"
+            web,
+            "kssched_extender_errors_total",
+            at_least=before + 7,
+            verb="unknown",
+            reason="read_timeout",
         )
         body_timeouts = metric(
             web,
             "kssched_extender_errors_total",
+            at_least=1,
             verb="priorities/pipeline",
             reason="read_timeout",
         )
@@ -294,6 +314,7 @@ def test_metrics_add_up_both_listeners_without_a_multiprocess_directory(tmp_path
             count = metric(
                 web,
                 "kssched_extender_request_seconds_count",
+                at_least=sent,
                 verb="priorities/pipeline",
             )
             assert count == sent
@@ -307,6 +328,7 @@ def test_a_gunicorn_started_alone_adds_up_its_workers_too():
             count = metric(
                 url,
                 "kssched_extender_request_seconds_count",
+                at_least=sent,
                 verb="priorities/pipeline",
             )
             assert count == sent
@@ -325,3 +347,34 @@ def test_the_access_log_is_off_unless_asked_for(setting, logged):
             assert call(url, "GET", "/healthz")[0] == 200
     text = log_path(f"gunicorn-{port_of(url)}").read_text()
     assert bool(ACCESS_LINE.search(text)) is logged, text[-2000:]
+
+
+# --- liveness -------------------------------------------------------------------------
+
+
+def run_probe(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kssched.probe"],
+        cwd=REPO,
+        env={"PATH": os.environ.get("PATH", ""), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_the_liveness_probe_checks_the_extender_listener_through_a_web_stall():
+    with run_servers(web_workers=1, extender_workers=1) as (web, extender, _):
+        bind = extender.removeprefix("http://")
+        held = stall(web, 5)
+        try:
+            with pytest.raises(TimeoutError):
+                call(web, "GET", "/healthz", timeout=1.0)
+            result = run_probe({"KSSCHED_EXTENDER_BIND": bind})
+            assert result.returncode == 0, result.stderr
+        finally:
+            for sock in held:
+                sock.close()
+    result = run_probe({"KSSCHED_EXTENDER_BIND": bind})
+    assert result.returncode == 1
+    assert "/healthz" in result.stderr
