@@ -170,31 +170,39 @@ class ExtenderWorker(SyncWorker):
                 client.settimeout(self.read_timeout)
                 self.handle(listener, client, address)
                 continue
+            client.setblocking(False)
+            waiting = _Pending(listener, address, deadline)
+            # Usually the whole request is already there: serve it at once.
+            if self._advance(client, waiting):
+                continue
             if len(self.pending) >= self.cfg.worker_connections:
                 # Full: make room by dropping the connection that waited longest.
                 oldest = min(self.pending, key=lambda c: self.pending[c].deadline)
                 self._drop(oldest, "too many connections waiting")
-            client.setblocking(False)
-            self.pending[client] = _Pending(listener, address, deadline)
+            self.pending[client] = waiting
             self.selector.register(client, selectors.EVENT_READ, "client")
 
     def _read_head(self, client):
-        waiting = self.pending[client]
+        self._advance(client, self.pending[client])
+
+    def _advance(self, client, waiting: _Pending) -> bool:
+        """Read what has arrived of the request head; serve the request once its
+        head is complete. Return True when done with the connection."""
         try:
             data = client.recv(_READ_SIZE)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b""
         if not data:
             # Closed before a whole request came: nothing to answer.
-            self._forget(client)
+            self._forget_if_pending(client)
             util.close(client)
-            return
+            return True
         waiting.head += data
         if b"\r\n\r\n" not in waiting.head and len(waiting.head) < HEAD_LIMIT:
-            return
-        self._forget(client)
+            return False
+        self._forget_if_pending(client)
         client.setblocking(True)
         self.handle(
             waiting.listener,
@@ -202,6 +210,7 @@ class ExtenderWorker(SyncWorker):
             waiting.address,
         )
         self.notify()
+        return True
 
     def _drop_expired(self):
         now = time.monotonic()
@@ -224,6 +233,10 @@ class ExtenderWorker(SyncWorker):
     def _forget(self, client) -> _Pending:
         self.selector.unregister(client)
         return self.pending.pop(client)
+
+    def _forget_if_pending(self, client) -> None:
+        if client in self.pending:
+            self._forget(client)
 
     def handle_error(self, req, client, addr, exc):
         """gunicorn's own error answers, counted as extender errors."""
