@@ -6,6 +6,10 @@ unless gunicorn serves TLS and verifies client certificates (KSSCHED_TLS_CERT_FI
 and KSSCHED_TLS_CA_FILE): then every connection that reached Django presented a
 certificate signed by that CA. `/healthz`, `/readyz`, `/metrics` and `/admin/`
 are not affected.
+
+On the extender listener (KSSCHED_LISTENER=extender, see kssched.serve), every route
+but `/scheduler/...`, `/healthz` and `/version` is a 404: the admin, the API and the
+metrics are served by the web listener's workers only.
 """
 
 import functools
@@ -76,7 +80,8 @@ def _observe(request, response, seconds: float) -> None:
 
 
 class ExtenderMiddleware:
-    """Refuse non-loopback extender callers (without mTLS) and record metrics.
+    """Refuse non-loopback extender callers (without mTLS) and record metrics; on
+    the extender listener, refuse the other routes.
 
     The latency is measured up to the rendered response; the metrics are written
     when the response is closed, after the reply went out (every WSGI server closes
