@@ -1,4 +1,4 @@
-# ks-scheduler image: the extender and admin (gunicorn), the watcher
+# ks-scheduler image: the extender and admin (python -m kssched.serve), the watcher
 # (python manage.py watch_pods) and migrations (python manage.py migrate) all run from it.
 #   make docker-build IMG=registry.example.com/ks-scheduler:1.0.0
 # The base is pinned to an exact patch release; pin its digest too for reproducible
@@ -21,7 +21,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
     DATA_PATH=/data/scheduler.db \
-    KSSCHED_BIND=0.0.0.0:8080
+    KSSCHED_BIND=0.0.0.0:8080 \
+    KSSCHED_EXTENDER_BIND=127.0.0.1:8081
 RUN groupadd --system --gid 10001 kssched \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /tmp \
         --shell /usr/sbin/nologin kssched \
@@ -39,5 +40,8 @@ RUN SECRET_KEY=collectstatic-build-only DEBUG=false DATA_PATH=/tmp/build/schedul
 USER 10001:10001
 EXPOSE 8080
 VOLUME ["/data"]
+# Two gunicorns with their own workers: the web listener on 8080 (admin, API, metrics,
+# probes) and the extender listener on 127.0.0.1:8081 (kube-scheduler in the same pod or
+# network namespace), both reporting at /metrics on 8080.
 # The watcher: python manage.py watch_pods; migrations: python manage.py migrate --noinput.
-CMD ["gunicorn", "-c", "kssched/gunicorn_conf.py", "kssched.wsgi"]
+CMD ["python", "-m", "kssched.serve"]

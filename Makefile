@@ -6,13 +6,19 @@ PIP := $(VENV)/bin/pip
 PYTHON3 ?= python3
 RUN_DATA_PATH ?= $(CURDIR)/var/scheduler.db
 SECRET_FILE := var/secret_key
+# The two listeners of `make run` (environment variables of the same name win).
+KSSCHED_BIND ?= 0.0.0.0:8080
+KSSCHED_EXTENDER_BIND ?= 127.0.0.1:8081
+export KSSCHED_BIND KSSCHED_EXTENDER_BIND
+# What to type in a browser for an address that listens everywhere.
+browse = $(subst 0.0.0.0,localhost,$(subst [::],localhost,$(1)))
 
 .PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench soak clean
 .PHONY: outcomes-demo
 .PHONY: docker-build docker-push deploy-yaml screenshots
 
 help:
-	@echo "make run    - install, migrate and serve on 0.0.0.0:8080 (SQLite under ./var/)"
+	@echo "make run    - install, migrate and serve: web on $(KSSCHED_BIND), extender on $(KSSCHED_EXTENDER_BIND)"
 	@echo "make test   - install dev tools, lint, run the whole suite"
 	@echo "make bench  - benchmark the extender against a floor"
 
@@ -36,11 +42,13 @@ run: $(VENV)/.installed $(SECRET_FILE)
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py migrate --noinput
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py collectstatic --noinput --verbosity 0
 	@echo
-	@echo "ks-scheduler on http://localhost:8080 (history in $(RUN_DATA_PATH))."
-	@echo "Create an admin user for http://localhost:8080/admin/ with:"
+	@echo "ks-scheduler (history in $(RUN_DATA_PATH)):"
+	@echo "  web (admin, API, metrics, probes): http://$(call browse,$(KSSCHED_BIND))   [bound to $(KSSCHED_BIND)]"
+	@echo "  extender (kube-scheduler's urlPrefix): http://$(KSSCHED_EXTENDER_BIND)/scheduler"
+	@echo "Create an admin user for http://$(call browse,$(KSSCHED_BIND))/admin/ with:"
 	@echo "  SECRET_KEY=\$$(cat $(SECRET_FILE)) DATA_PATH=$(RUN_DATA_PATH) $(PY) manage.py createsuperuser"
 	@echo
-	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" exec $(VENV)/bin/gunicorn -c kssched/gunicorn_conf.py kssched.wsgi
+	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" exec $(PY) -m kssched.serve
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .

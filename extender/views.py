@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler
 
 from extender.admission import PodShapeError
-from extender.parsers import ORJSONParser
+from extender.parsers import ORJSONParser, read_unsized_body
 from extender.renderers import (
     ExtenderContentNegotiation,
     ORJSONRenderer,
@@ -68,6 +68,12 @@ class ExtenderView(APIView):
 
     def get_content_negotiator(self):
         return _instances((self.content_negotiation_class,))[0]
+
+    def initial(self, request, *args, **kwargs):
+        # A chunked body has no Content-Length: read it here, where a 413 or 408
+        # is answered like any other error of the request.
+        read_unsized_body(request._request, self.max_body_bytes)
+        super().initial(request, *args, **kwargs)
 
     def perform_authentication(self, request):
         """Nothing to do up front: there are no authenticators, and DRF resolves

@@ -83,6 +83,7 @@ _REASONS = {
     404: "not_found",
     405: "method_not_allowed",
     406: "not_acceptable",
+    408: "read_timeout",
     413: "body_too_large",
     415: "unsupported_media_type",
     500: "server_error",
@@ -151,13 +152,27 @@ def extender_verb(request) -> str:
     Only resolved routes give their path, so random paths cannot create new series.
     """
     if getattr(request, "resolver_match", None) is None:
-        from django.urls import Resolver404, resolve
-
-        try:
-            resolve(request.path_info)
-        except Resolver404:
-            return "unknown"
+        return verb_for_path(request.path_info)
     return request.path_info[len(EXTENDER_PREFIX) :]
+
+
+def verb_for_path(path: str | None) -> str:
+    """The verb of an extender route's path, "unknown" for any other path."""
+    if not path or not path.startswith(EXTENDER_PREFIX):
+        return "unknown"
+    from django.urls import Resolver404, resolve
+
+    try:
+        resolve(path)
+    except Resolver404:
+        return "unknown"
+    return path[len(EXTENDER_PREFIX) :]
+
+
+def count_extender_error(path: str | None, reason: str) -> None:
+    """Count a call that gunicorn answered itself (a malformed head, a request that
+    outlived the worker timeout) or a connection dropped before its request came."""
+    _child(ERRORS, verb_for_path(path), reason).inc()
 
 
 def _error_reason(request, status: int) -> str:

@@ -6,6 +6,10 @@ unless gunicorn serves TLS and verifies client certificates (KSSCHED_TLS_CERT_FI
 and KSSCHED_TLS_CA_FILE): then every connection that reached Django presented a
 certificate signed by that CA. `/healthz`, `/readyz`, `/metrics` and `/admin/`
 are not affected.
+
+On the extender listener (KSSCHED_LISTENER=extender, see kssched.serve), every route
+but `/scheduler/...`, `/healthz` and `/version` is a 404: the admin, the API and the
+metrics are served by the web listener's workers only.
 """
 
 import functools
@@ -22,6 +26,23 @@ from kssched.metrics import EXTENDER_PREFIX, observe_extender_request
 logger = logging.getLogger(__name__)
 
 _LOOPBACK = frozenset({"127.0.0.1", "::1"})
+# What the extender listener serves besides /scheduler/: the admin, the API and
+# /metrics stay on the web listener.
+_ALSO_ON_EXTENDER = frozenset({"/healthz", "/version"})
+
+
+def _not_on_this_listener(request) -> HttpResponse:
+    return HttpResponse(
+        orjson.dumps(
+            {
+                "Error": f"{request.path_info} is not served on the extender "
+                "listener, which answers /scheduler/ only: use the web listener "
+                "(KSSCHED_BIND)"
+            }
+        ),
+        status=404,
+        content_type="application/json",
+    )
 
 
 def is_loopback(address: str) -> bool:
@@ -59,7 +80,8 @@ def _observe(request, response, seconds: float) -> None:
 
 
 class ExtenderMiddleware:
-    """Refuse non-loopback extender callers (without mTLS) and record metrics.
+    """Refuse non-loopback extender callers (without mTLS) and record metrics; on
+    the extender listener, refuse the other routes.
 
     The latency is measured up to the rendered response; the metrics are written
     when the response is closed, after the reply went out (every WSGI server closes
@@ -69,9 +91,12 @@ class ExtenderMiddleware:
 
     def __init__(self, get_response):
         self.get_response = get_response
+        self.is_extender_listener = settings.KSSCHED_LISTENER == "extender"
 
     def __call__(self, request):
         if not request.path_info.startswith(EXTENDER_PREFIX):
+            if self.is_extender_listener and request.path_info not in _ALSO_ON_EXTENDER:
+                return _not_on_this_listener(request)
             return self.get_response(request)
         started = time.perf_counter()
         address = request.META.get("REMOTE_ADDR", "")
@@ -96,7 +121,8 @@ class ExtenderMiddleware:
     def _refuse(request, address: str) -> HttpResponse:
         message = (
             f"the extender answers loopback callers only, not {address or 'unknown'}; "
-            "call it from kube-scheduler in the same pod at http://127.0.0.1:8080, or "
+            "call it from kube-scheduler in the same pod at "
+            f"http://{settings.KSSCHED_EXTENDER_BIND}, or "
             "configure TLS with client certificates (KSSCHED_TLS_CERT_FILE, "
             "KSSCHED_TLS_KEY_FILE, KSSCHED_TLS_CA_FILE)"
         )

@@ -262,9 +262,16 @@ KSSCHED_HALF_LIFE_DAYS = env.float("KSSCHED_HALF_LIFE_DAYS", default=7.0)
 # from the ledger; PostgreSQL: from a trigger-written change log). Off: one
 # statement per call, straight from the database.
 KSSCHED_HISTORY_CACHE = env.bool("KSSCHED_HISTORY_CACHE", default=True)
-# Full Node lists are large (5000 nodes are about 70 MB); only the extender routes
-# accept bodies this big. The rest of the site keeps Django's default limit.
-KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=128 * 1024 * 1024)
+# Full Node lists are large (1000 nodes are about 14 MB); only the extender routes
+# accept bodies this big, the rest of the site keeps Django's default limit. A body
+# may decode to at most 8 times this (extender.parsers): the deployment's memory
+# limit is sized for it (README, "Limits").
+KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=16 * 1024 * 1024)
+# Which listener this process serves (set by `python -m kssched.serve`): "web" (the
+# pod port) or "extender" (loopback, the /scheduler/ routes, /healthz and /version
+# only).
+KSSCHED_LISTENER = env.str("KSSCHED_LISTENER", default="web")
+KSSCHED_EXTENDER_BIND = env.str("KSSCHED_EXTENDER_BIND", default="127.0.0.1:8081")
 
 # --- Webhook mode (POST /webhook/mutate) ----------------------------------------------
 # At most this many warm nodes are named in the preferred node affinity of one pod.

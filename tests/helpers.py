@@ -119,40 +119,70 @@ def run_gunicorn(
 ):
     """Run the real server with the shipped config on a free loopback port.
 
-    `host="0.0.0.0"` binds every address (the URL still names 127.0.0.1).
-    Yields (base_url, process); stops it with SIGTERM and waits. Its output goes to
-    a log file in the test data directory, shown if it fails to start.
+    One gunicorn: the web listener alone (which answers the extender routes too, to
+    loopback callers). `host="0.0.0.0"` binds every address (the URL still names
+    127.0.0.1). Yields (base_url, process); stops it with SIGTERM and waits. Its
+    output goes to a log file in the test data directory, shown if it fails to start.
     """
     port = free_port()
     env = {**database_env(), **(extra_env or {})}
     env["KSSCHED_BIND"] = f"{host}:{port}"
     env["WEB_CONCURRENCY"] = str(workers)
+    command = ["-m", "gunicorn", "-c", "kssched/gunicorn_conf.py", "kssched.wsgi"]
+    with _running(command, env, [port], f"gunicorn-{port}") as process:
+        yield f"http://127.0.0.1:{port}", process
+
+
+@contextmanager
+def run_servers(
+    extra_env: dict[str, str] | None = None,
+    web_workers: int = 2,
+    extender_workers: int = 2,
+):
+    """Run both listeners as deployed: `python -m kssched.serve`, on free ports.
+
+    Yields (web_url, extender_url, process), the extender URL without the
+    `/scheduler` prefix; stops them with SIGTERM and waits.
+    """
+    web_port, extender_port = free_port(), free_port()
+    env = {**database_env(), **(extra_env or {})}
+    env["KSSCHED_BIND"] = f"127.0.0.1:{web_port}"
+    env["KSSCHED_EXTENDER_BIND"] = f"127.0.0.1:{extender_port}"
+    env["WEB_CONCURRENCY"] = str(web_workers)
+    env["KSSCHED_EXTENDER_WORKERS"] = str(extender_workers)
+    with _running(
+        ["-m", "kssched.serve"], env, [web_port, extender_port], f"serve-{web_port}"
+    ) as process:
+        yield (
+            f"http://127.0.0.1:{web_port}",
+            f"http://127.0.0.1:{extender_port}",
+            process,
+        )
+
+
+def log_path(name: str) -> Path:
+    """Where a server started by these helpers writes its output."""
     from django.conf import settings
 
-    log_path = settings.TEST_DATA_DIR / f"gunicorn-{port}.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
+    return settings.TEST_DATA_DIR / f"{name}.log"
+
+
+@contextmanager
+def _running(arguments: list[str], env: dict[str, str], ports: list[int], name):
+    path = log_path(name)
+    log = open(path, "wb")  # noqa: SIM115 - closed in finally
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            str(REPO / "kssched" / "gunicorn_conf.py"),
-            "kssched.wsgi",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+        [sys.executable, *arguments], cwd=REPO, env=env, stdout=log, stderr=log
     )
     try:
         try:
-            wait_for_port(port, process)
+            for port in ports:
+                wait_for_port(port, process)
         except (RuntimeError, TimeoutError) as exc:
             raise RuntimeError(
-                f"gunicorn did not start: {log_path.read_text()}"
+                f"{arguments} did not start: {path.read_text()}"
             ) from exc
-        yield f"http://127.0.0.1:{port}", process
+        yield process
     finally:
         process.terminate()
         try:

@@ -8,12 +8,14 @@ unknown key. No cluster, no container engine and no database are needed.
 """
 
 import importlib.util
+import ipaddress
 import json
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import urlparse
 
 import kubernetes_validate
 import pytest
@@ -42,7 +44,7 @@ NAMESPACE = "kube-system"
 SCHEDULER_NAME = "ks-scheduler"
 SCHEDULER_LEASE = "ks-scheduler"
 WATCHER_LEASE = "ks-scheduler-watcher"
-EXTENDER_URL = "http://127.0.0.1:8080/scheduler"
+EXTENDER_URL = "http://127.0.0.1:8081/scheduler"
 PRIORITIZE_VERB = "priorities/pipeline"
 FILTER_VERB = "predicates/alwaystrue"
 # Counts are a soft preference: a failing extender must never block scheduling.
@@ -332,16 +334,24 @@ def test_built_config_map_carries_the_v1_config_unchanged(builds, name):
     assert f"--config={mounts['config']}/config.yaml" in command
 
 
-def test_extender_url_matches_the_extender_container_port(builds):
-    port = int(EXTENDER_URL.split(":")[2].split("/")[0])
+def test_extender_url_is_the_loopback_extender_listener(builds):
+    """kube-scheduler calls the extender listener (loopback, its own workers); the
+    pod port is the web listener's."""
+    url = urlparse(EXTENDER_URL)
     extender = containers(builds["sqlite"])["extender"]
-    assert {p["containerPort"] for p in extender["ports"]} == {port}
+    env = env_of(extender)
+    assert env["KSSCHED_EXTENDER_BIND"]["value"] == f"{url.hostname}:{url.port}"
+    assert ipaddress.ip_address(url.hostname).is_loopback
+    web_port = int(env["KSSCHED_BIND"]["value"].rsplit(":", 1)[1])
+    assert web_port != url.port
+    assert {p["containerPort"] for p in extender["ports"]} == {web_port}
+    assert extender["command"] == ["python", "-m", "kssched.serve"]
 
 
 def test_extender_routes_exist_for_the_configured_verbs():
     from django.urls import resolve
 
-    path = EXTENDER_URL.split(":8080", 1)[1]
+    path = urlparse(EXTENDER_URL).path
     for verb in (PRIORITIZE_VERB, FILTER_VERB):
         resolve(f"{path}/{verb}")
 
@@ -431,7 +441,11 @@ def test_probes_point_at_the_right_endpoints(builds):
         get = scheduler[probe]["httpGet"]
         assert (get["path"], get["port"], get["scheme"]) == ("/healthz", 10259, "HTTPS")
     extender = by_name["extender"]
-    assert extender["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # Liveness checks the extender listener from inside the container (the kubelet
+    # reaches only the web listener, which clients on the network can keep busy).
+    probe = ["python", "-m", "kssched.probe"]
+    assert extender["livenessProbe"]["exec"]["command"] == probe
+    assert extender["startupProbe"]["exec"]["command"] == probe
     assert extender["readinessProbe"]["httpGet"]["path"] == "/readyz"
     watcher = by_name["watcher"]
     assert watcher["livenessProbe"]["exec"]["command"] == [
@@ -670,6 +684,9 @@ def check_command_exists(command: list[str]) -> None:
             return
         path = ROOT / "history" / "management" / "commands" / f"{name}.py"
         assert path.is_file(), f"management command {name} is missing ({path})"
+    elif command[:2] == ["python", "-m"]:
+        module = command[2]
+        assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), module
     elif command[0] == "gunicorn":
         config = command[command.index("-c") + 1]
         assert (ROOT / config).is_file(), f"{config} is missing"

@@ -3,13 +3,13 @@
     python -m tests.bench.run [--quick] [--backends sqlite,postgres]
                               [--out bench-results/latest.json]
 
-Starts servers on loopback ports, all with kssched/gunicorn_conf.py: ks-scheduler
+Starts servers on loopback ports, all with kssched/gunicorn_conf.py as the extender
+listener (KSSCHED_LISTENER=extender, as kube-scheduler reaches it): ks-scheduler
 itself (against a fresh database holding 100 000 KeyNode rows: SQLite by default,
 DATABASE_URL when set; `--backends sqlite,postgres` runs both, the PostgreSQL one
 on DATABASE_URL, and prints them side by side) and the floor app
-(tests/bench/floor.py). For filter and
-prioritize, at 100, 1000 and 5000 nodes, with node names and with full Node objects,
-it measures:
+(tests/bench/floor.py). For filter and prioritize, at 100, 1000 and 5000 nodes,
+with node names and with full Node objects, it measures:
 
 - serial latency (p50, p90, p99), one request at a time as kube-scheduler sends
   them, each on a new connection (sync workers answer `Connection: close`);
@@ -209,7 +209,12 @@ def stats(timings: list[float], rps: float) -> Stats:
 
 def start_gunicorn(app: str, env: dict, log_path: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    env = {**env, "KSSCHED_BIND": f"127.0.0.1:{port}"}
+    # The extender listener, as kube-scheduler reaches it (kssched.serve).
+    env = {
+        **env,
+        "KSSCHED_LISTENER": "extender",
+        "KSSCHED_EXTENDER_BIND": f"127.0.0.1:{port}",
+    }
     log = open(log_path, "ab")  # noqa: SIM115 - the child keeps it
     process = subprocess.Popen(
         [
@@ -254,8 +259,10 @@ def server_env(workdir: Path) -> dict:
         "DEBUG": "0",
         "LOG_LEVEL": "WARNING",
         "DATA_PATH": str(workdir / "scheduler.db"),
+        # 5000 full Node objects are 69 MB, over the default limit.
+        "KSSCHED_MAX_BODY_BYTES": str(128 * 2**20),
     }
-    for name in ("DATABASE_URL", "WEB_CONCURRENCY", "KSSCHED_SCORING"):
+    for name in ("DATABASE_URL", "KSSCHED_EXTENDER_WORKERS", "KSSCHED_SCORING"):
         if os.environ.get(name):
             env[name] = os.environ[name]
     return env
@@ -529,7 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     info["database"] = ",".join(results)
     info["scoring"] = env.get("KSSCHED_SCORING") or "default (KSSCHED_SCORING unset)"
-    info["workers"] = int(env.get("WEB_CONCURRENCY", "0")) or "gunicorn_conf default"
+    info["workers"] = (
+        int(env.get("KSSCHED_EXTENDER_WORKERS", "0")) or "gunicorn_conf default"
+    )
     texts = {}
     for vendor, cases in results.items():
         texts[vendor] = table(cases)
