@@ -8,12 +8,13 @@ RUN_DATA_PATH ?= $(CURDIR)/var/scheduler.db
 SECRET_FILE := var/secret_key
 
 .PHONY: help run migrate test lint format checks pytest pytest-postgres bench soak clean
-.PHONY: docker-build docker-push deploy-yaml screenshots
+.PHONY: docker-build docker-push deploy-yaml screenshots manage
 
 help:
 	@echo "make run    - install, migrate and serve on 0.0.0.0:8080 (SQLite under ./var/)"
 	@echo "make test   - install dev tools, lint, run the whole suite"
 	@echo "make bench  - benchmark the extender against a floor"
+	@echo "make manage ARGS='...' - a manage.py command with the checkout's settings"
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON3) -m venv $(VENV)
@@ -31,7 +32,21 @@ $(SECRET_FILE):
 	$(PYTHON3) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
 	chmod 600 $@
 
+# The checkout's settings for manage.py (see manage.py): made once, never committed.
+# Paths are absolute so commands work from any directory.
+.env: | $(SECRET_FILE)
+	@printf '%s\n' \
+	  '# ks-scheduler settings for this checkout, written by make. Never commit it.' \
+	  "SECRET_KEY=$$(cat $(SECRET_FILE))" \
+	  "DATA_PATH=$(RUN_DATA_PATH)" \
+	  "KSSCHED_HEARTBEAT_PATH=$(CURDIR)/var/watcher/heartbeat" \
+	  '# The watcher metrics port (9100 in the image) is off in a checkout.' \
+	  'KSSCHED_WATCHER_METRICS_PORT=0' > $@
+	@chmod 600 $@
+	@echo "Wrote $@ (read by $(PY) manage.py)."
+
 run: $(VENV)/.installed $(SECRET_FILE)
+	@$(MAKE) --no-print-directory -s .env
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py migrate --noinput
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py collectstatic --noinput --verbosity 0
 	@echo
@@ -40,6 +55,11 @@ run: $(VENV)/.installed $(SECRET_FILE)
 	@echo "  SECRET_KEY=\$$(cat $(SECRET_FILE)) DATA_PATH=$(RUN_DATA_PATH) $(PY) manage.py createsuperuser"
 	@echo
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" exec $(VENV)/bin/gunicorn -c kssched/gunicorn_conf.py kssched.wsgi
+
+# Any management command with the checkout's settings, e.g.
+#   make manage ARGS=createsuperuser     make manage ARGS="audit_counts --json"
+manage: $(VENV)/.installed .env
+	$(PY) manage.py $(ARGS)
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
