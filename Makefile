@@ -8,12 +8,13 @@ RUN_DATA_PATH ?= $(CURDIR)/var/scheduler.db
 SECRET_FILE := var/secret_key
 
 .PHONY: help run migrate test lint format checks pytest pytest-postgres bench soak clean
-.PHONY: docker-build docker-push deploy-yaml screenshots manage
+.PHONY: docker-build docker-push deploy-yaml screenshots demo manage
 
 help:
 	@echo "make run    - install, migrate and serve on 0.0.0.0:8080 (SQLite under ./var/)"
 	@echo "make test   - install dev tools, lint, run the whole suite"
 	@echo "make bench  - benchmark the extender against a floor"
+	@echo "make demo   - the extender, watcher and admin on a simulated cluster"
 	@echo "make manage ARGS='...' - a manage.py command with the checkout's settings"
 
 $(VENV)/.installed: requirements.txt
@@ -60,6 +61,15 @@ run: $(VENV)/.installed $(SECRET_FILE)
 #   make manage ARGS=createsuperuser     make manage ARGS="audit_counts --json"
 manage: $(VENV)/.installed .env
 	$(PY) manage.py $(ARGS)
+
+# A cluster without a cluster: the real extender and watch_pods against the test API
+# server, with pipeline pods arriving, running and finishing on simulated nodes.
+# Serves the admin on 127.0.0.1 only; stops after DEMO_MINUTES or on Ctrl-C.
+# Its own database (var/demo/): the history of `make run` is left alone.
+DEMO_PORT ?= 8090
+DEMO_MINUTES ?= 30
+demo: $(VENV)/.installed
+	$(PY) -m tests.demo --port $(DEMO_PORT) --minutes $(DEMO_MINUTES) $(DEMO_ARGS)
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
