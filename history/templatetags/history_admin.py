@@ -115,3 +115,18 @@ def age(seconds: int | None) -> str:
         if seconds >= size:
             return f"{seconds // size} {unit} ago"
     return f"{seconds} s ago"
+
+
+# ks-scheduler's own apps, listed before Django's and DRF's on the admin index.
+OWN_APPS = ("history", "extender")
+
+
+@register.filter
+def own_apps_first(app_list: list[dict]) -> list[dict]:
+    """The admin's app list with ks-scheduler's apps first, the rest in order."""
+    return sorted(
+        app_list,
+        key=lambda app: (
+            OWN_APPS.index(app["app_label"]) if app["app_label"] in OWN_APPS else 99
+        ),
+    )
