@@ -8,12 +8,16 @@ here writes. The extender routes are separate and unauthenticated.
 import django_filters
 from django.db.models import Q
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+from rest_framework.views import APIView
 
 from history import queries
 from history.models import KeyNode, Placement
@@ -148,6 +152,26 @@ class PlacementListView(HistoryAPIView):
     queryset = Placement.objects.order_by("-bound_at", "-pk")
     filter_backends = [DjangoFilterBackend]
     filterset_class = PlacementFilter
+
+
+class ApiRootView(APIView):
+    """GET /api/: where the history API's endpoints are."""
+
+    authentication_classes = HistoryAPIView.authentication_classes
+    permission_classes = HistoryAPIView.permission_classes
+    renderer_classes = HistoryAPIView.renderer_classes
+
+    @extend_schema(exclude=True)  # links only: the schema documents the data routes
+    def get(self, request):
+        keys = reverse("api-keys", request=request)
+        return Response(
+            {
+                "keys": keys,
+                "key_nodes": f"{keys}{{key}}/nodes/",
+                "placements": reverse("api-placements", request=request),
+                "schema": reverse("api-schema", request=request),
+            }
+        )
 
 
 def only_api_paths(endpoints):
