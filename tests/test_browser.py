@@ -9,7 +9,7 @@ anything.
 """
 
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from importlib import import_module
 from pathlib import Path
 
@@ -124,10 +124,14 @@ PIPELINES = {
 NODES = ["worker-a1", "worker-a2", "worker-b1", "worker-b2", "worker-b3", "worker-c1"]
 
 
+# The history's clock: fixed, so the screenshots show the same dates on every run.
+HISTORY_NOW = datetime(2026, 1, 5, 9, 41, tzinfo=UTC)
+
+
 @pytest.fixture
 def cluster_history():
     """A small cluster's worth of history, recorded the way the watcher records it."""
-    now = timezone.now()
+    now = HISTORY_NOW
     number = 0
     for label, placements in PIPELINES.items():
         for node, pods in placements:
@@ -148,6 +152,10 @@ def cluster_history():
     for node in NODES:
         NodeRecord.objects.create(name=node, uid=f"{node}-uid")
     create_key_node(key="legacy", node="worker-b3", count=0, actor="admin")
+    KeyNode.objects.update(created=now, updated=now)
+    KeyNode.objects.exclude(last_placed_at=None).update(last_placed_at=now)
+    # The watcher's health is relative to the real clock.
+    now = timezone.now()
     WatchState.objects.create(
         name="pods",
         resource_version="48213",
@@ -173,7 +181,7 @@ def long_names():
         name=f"{LONG_LABEL}-build-4711-x7k2p",
         label=LONG_LABEL,
         node=LONG_NODE,
-        bound_at=timezone.now() - timedelta(minutes=3),
+        bound_at=HISTORY_NOW - timedelta(minutes=3),
     )
 
 
