@@ -211,6 +211,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+# ISO-like dates in the admin (kssched/formats/).
+FORMAT_MODULE_PATH = ["kssched.formats"]
 
 # --- Django REST framework ------------------------------------------------------------
 
