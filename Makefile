@@ -7,7 +7,7 @@ PYTHON3 ?= python3
 RUN_DATA_PATH ?= $(CURDIR)/var/scheduler.db
 SECRET_FILE := var/secret_key
 
-.PHONY: help run migrate test lint format checks pytest pytest-postgres bench soak clean
+.PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench soak clean
 .PHONY: docker-build docker-push deploy-yaml screenshots demo manage
 
 help:
@@ -75,6 +75,12 @@ lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The import layers (history never imports extender, no cycles; pyproject.toml) and
+# the types of the application code (mypy.ini).
+typecheck: $(VENV)/.dev-installed
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+
 format: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
@@ -95,7 +101,7 @@ pytest-postgres: $(VENV)/.dev-installed
 
 # Under CI=true the PostgreSQL run is mandatory; locally it runs when
 # TEST_DATABASE_URL is set.
-test: lint checks pytest
+test: lint checks typecheck pytest
 	@if [ -n "$(TEST_DATABASE_URL)" ]; then \
 	  $(MAKE) --no-print-directory pytest-postgres; \
 	elif [ "$(CI)" = "true" ]; then \

@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 
 from extender.scoring.strategies import get_strategy
 from history import labels, queries
+from history.admin import refuse_nul_parameters
 from history.models import KeyNode, NodeRecord, Placement
 
 VIEW_PERMISSIONS = ("history.view_keynode", "history.view_placement")
@@ -94,6 +95,9 @@ def pipeline_view(request):
     """GET /admin/pipeline/?q=<key or label>."""
     if not request.user.has_perms(VIEW_PERMISSIONS):
         raise PermissionDenied
+    refused = refuse_nul_parameters(request)
+    if refused is not None:
+        return refused
     value = request.GET.get("q", "").strip()
     keys = labels.split_pipeline_label(value)
     context = {

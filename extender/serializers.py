@@ -18,6 +18,8 @@ from operator import itemgetter
 import orjson
 from rest_framework.exceptions import ValidationError
 
+from history.validation import first_nul_index, has_nul, nul_message
+
 
 class ExtenderArgsError(ValidationError):
     """The request body is not a valid ExtenderArgs object; the message says why."""
@@ -65,6 +67,10 @@ class ExtenderArgs:
                     f"Nodes.items[{position}] has no metadata.name string"
                 )
             names.append(name)
+        if has_nul("".join(names)):
+            raise ExtenderArgsError(
+                nul_message(f"Nodes.items[{first_nul_index(names)}].metadata.name")
+            )
         return names
 
     def pod_label(self, label: str) -> str | None:
@@ -82,6 +88,8 @@ class ExtenderArgs:
         value = labels.get(label)
         if value is not None and not isinstance(value, str):
             raise ExtenderArgsError(f"Pod label {label!r} must be a string")
+        if value is not None and has_nul(value):
+            raise ExtenderArgsError(nul_message(f"Pod label {label!r}"))
         return value
 
     def pod_ref(self) -> str:
@@ -97,7 +105,7 @@ def parse_extender_args(data) -> ExtenderArgs:
 
     Raises ExtenderArgsError (a 400) naming the first problem found: a body that is
     not an object, a missing or non-object Pod, Nodes that is not a NodeList,
-    NodeNames that is not a list of strings.
+    NodeNames that is not a list of strings, or a name holding a NUL character.
     """
     if not isinstance(data, dict):
         raise ExtenderArgsError(
@@ -132,15 +140,20 @@ def parse_extender_args(data) -> ExtenderArgs:
                 f"NodeNames must be a list of strings or null, "
                 f"not {type(node_names).__name__}"
             )
-        # str.join checks every item in C; only a failure walks the list in Python.
+        # str.join checks every item in C, and one search of the result finds a NUL
+        # character; only a failure walks the list in Python.
         try:
-            "".join(node_names)
+            joined = "".join(node_names)
         except TypeError:
             for position, name in enumerate(node_names):
                 if not isinstance(name, str):
                     raise ExtenderArgsError(
                         f"NodeNames[{position}] must be a string"
                     ) from None
+        if has_nul(joined):
+            raise ExtenderArgsError(
+                nul_message(f"NodeNames[{first_nul_index(node_names)}]")
+            )
 
     return ExtenderArgs(pod=pod, nodes=nodes, node_names=node_names)
 
@@ -243,7 +256,7 @@ class HostPriorityList:
             last = _LAST[scores[-1]]
         except (KeyError, TypeError):
             return None
-        pieces = [None] * (2 * len(nodes))
+        pieces: list[str] = [""] * (2 * len(nodes))
         pieces[0::2] = nodes
         pieces[1::2] = tails
         pieces[-1] = last

@@ -41,7 +41,8 @@ class ExtenderView(APIView):
     parser_classes = [ORJSONParser]
     renderer_classes = [ORJSONRenderer]
     content_negotiation_class = ExtenderContentNegotiation
-    http_method_names = ["post", "options"]
+    # POST only: kube-scheduler sends nothing else, and the README promises 405.
+    http_method_names = ["post"]
     is_extender = True
 
     throttle_classes = []

@@ -1,23 +1,31 @@
 """Admin for pipeline history: KeyNode counts are editable, the ledger is read-only.
 
-Every count change goes through `history.services`, so it is recorded as a
+Every count change goes through `history.corrections`, so it is recorded as a
 CountAdjustment and `audit_counts` does not report it as drift, and every change is
 written to the object's admin history as "old → new". Members of the view-only group
 browse and export CSV; they see no edit controls and no actions that write.
 """
 
 import csv
+import logging
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.http import HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
 from history import corrections, queries
+from history.exceptions import WriteLockTimeoutError
 from history.models import CountAdjustment, KeyNode, KeyPolicy, NodePolicy, Placement
+from history.validation import nul_message, nul_parameter
+from history.writelock import run_write
+
+logger = logging.getLogger(__name__)
 
 # The pipeline page lives in the extender app (it needs the scoring strategy) and is
 # routed in kssched/urls.py under this name.
@@ -32,6 +40,100 @@ def pipeline_url(value: str) -> str:
 
 def placements_url(**params: str) -> str:
     return f"{reverse('admin:history_placement_changelist')}?{urlencode(params)}"
+
+
+def refusal_page(
+    request, *, title: str, message: str, status: int, back_url: str, back_text: str
+) -> TemplateResponse:
+    """An admin page that says why a request was refused, with a link back."""
+    context = {
+        **admin.site.each_context(request),
+        "title": title,
+        "message": message,
+        "back_url": back_url,
+        "back_text": back_text,
+    }
+    return TemplateResponse(
+        request, "admin/request_refused.html", context, status=status
+    )
+
+
+def refuse_nul_parameters(request) -> TemplateResponse | None:
+    """A 400 page when a filter or search value holds a NUL character, else None."""
+    name = nul_parameter(request.GET)
+    if name is None:
+        return None
+    return refusal_page(
+        request,
+        title="Filter refused",
+        message=nul_message(f"The filter or search parameter {name!r}"),
+        status=400,
+        back_url=request.path,
+        back_text="Show the page without filters",
+    )
+
+
+def write_lock_page(request, exc: WriteLockTimeoutError) -> TemplateResponse:
+    """503: the edit did not get the database's write lock in time; nothing changed."""
+    response = refusal_page(
+        request,
+        title="Database busy",
+        message=(
+            f"Nothing was changed: another process held the database's write lock "
+            f"for {exc.waited:.0f} s (usually the watcher recording a burst of "
+            f"pods, or a shell with a write transaction open), so this edit was "
+            f"not saved. Your browser's Back button returns to the form with what "
+            f"you entered; submit it again."
+        ),
+        status=503,
+        back_url=request.get_full_path(),
+        back_text="Open the page again",
+    )
+    response["Retry-After"] = "5"
+    return response
+
+
+class HistoryModelAdmin(admin.ModelAdmin):
+    """Base of the history admins.
+
+    Outside text is checked before any query. Every POST (form saves, list edits,
+    bulk actions, deletions) runs in one transaction that waits a bounded time for
+    SQLite's write lock (KSSCHED_ADMIN_WRITE_WAIT) and is tried again while the
+    watcher holds it; if that is not enough, the user gets a page that says nothing
+    was changed instead of a 500.
+    """
+
+    def changelist_view(self, request, extra_context=None):
+        refused = refuse_nul_parameters(request)
+        if refused is not None:
+            return refused
+        parent = super().changelist_view
+        return self._write(request, lambda: parent(request, extra_context))
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        parent = super().changeform_view
+        return self._write(
+            request, lambda: parent(request, object_id, form_url, extra_context)
+        )
+
+    def delete_view(self, request, object_id, extra_context=None):
+        parent = super().delete_view
+        return self._write(request, lambda: parent(request, object_id, extra_context))
+
+    def _write(self, request, view):
+        if request.method != "POST":
+            return view()
+        try:
+            return run_write(view, wait=settings.KSSCHED_ADMIN_WRITE_WAIT)
+        except WriteLockTimeoutError as exc:
+            logger.warning(
+                "Refused admin %s %s by %s: %s; nothing was changed",
+                request.method,
+                request.path,
+                request.user.get_username(),
+                exc,
+            )
+            return write_lock_page(request, exc)
 
 
 class BusiestValuesFilter(admin.SimpleListFilter):
@@ -131,7 +233,7 @@ def csv_cell(value) -> str:
 
 
 @admin.register(KeyNode)
-class KeyNodeAdmin(admin.ModelAdmin):
+class KeyNodeAdmin(HistoryModelAdmin):
     list_display = ("key", "node", "count", "last_placement", "updated", "links")
     list_editable = ("count",)
     list_filter = (KeyFilter, NodeFilter, CountFilter, "last_placed_at", "updated")
@@ -238,7 +340,7 @@ class KeyNodeAdmin(admin.ModelAdmin):
         )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(HistoryModelAdmin):
     """Facts recorded by the watcher or by edits: browsable, never editable."""
 
     def has_add_permission(self, request):
@@ -289,7 +391,7 @@ class CountAdjustmentAdmin(ReadOnlyAdmin):
 
 
 @admin.register(KeyPolicy)
-class KeyPolicyAdmin(admin.ModelAdmin):
+class KeyPolicyAdmin(HistoryModelAdmin):
     """Per-key scoring policy for the `warm` strategy: opt out or weight a key."""
 
     list_display = ("key", "enabled", "weight", "note", "updated")
@@ -300,7 +402,7 @@ class KeyPolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(NodePolicy)
-class NodePolicyAdmin(admin.ModelAdmin):
+class NodePolicyAdmin(HistoryModelAdmin):
     """Pin or ban a node for a key in the `warm` strategy."""
 
     list_display = ("key", "node", "action", "note", "updated")

@@ -11,7 +11,7 @@ from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from history import queries
 from history.models import KeyNode, Placement
+from history.validation import nul_message, nul_parameter
 
 
 class HistoryViewPermission(BasePermission):
@@ -50,6 +51,14 @@ class HistoryAPIView(generics.ListAPIView):
     permission_classes = [HistoryViewPermission]
     renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
     pagination_class = HistoryPagination
+
+    def initial(self, request, *args, **kwargs):
+        """After authentication and permissions: refuse a NUL character anywhere in
+        the path or the query (400) before it reaches a query."""
+        super().initial(request, *args, **kwargs)
+        name = nul_parameter(kwargs) or nul_parameter(request.query_params)
+        if name:
+            raise ValidationError({name: [nul_message(name)]})
 
 
 class KeyTotalSerializer(serializers.Serializer):

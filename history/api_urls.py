@@ -3,7 +3,6 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.permissions import IsAuthenticated
 
 from history import api
 
@@ -16,7 +15,8 @@ urlpatterns = [
         "schema/",
         SpectacularAPIView.as_view(
             authentication_classes=[TokenAuthentication, SessionAuthentication],
-            permission_classes=[IsAuthenticated],
+            # The schema describes the data: same permission as the data.
+            permission_classes=[api.HistoryViewPermission],
         ),
         name="api-schema",
     ),

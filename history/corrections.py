@@ -11,7 +11,15 @@ from collections.abc import Iterable
 from django.db import transaction
 from django.db.models import F
 
-from history.models import CountAdjustment, KeyNode
+from history.models import MAX_COUNT, CountAdjustment, KeyNode
+
+
+def check_count(count: int) -> None:
+    """Refuse a hand-written count outside 0..MAX_COUNT (or not an integer)."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise ValueError(f"count must be an integer, not {count!r}")
+    if not 0 <= count <= MAX_COUNT:
+        raise ValueError(f"count must be between 0 and {MAX_COUNT}, not {count}")
 
 
 def set_key_node_count(
@@ -22,8 +30,7 @@ def set_key_node_count(
     Returns the delta applied. The update is relative (`count + delta`) against the
     count read in the same transaction, so a placement recorded meanwhile is kept.
     """
-    if count < 0:
-        raise ValueError("count must be >= 0")
+    check_count(count)
     with transaction.atomic():
         current = KeyNode.objects.filter(pk=key_node.pk).values_list("count", flat=True)
         old = current.first()
@@ -45,6 +52,7 @@ def set_key_node_count(
 
 def create_key_node(*, key: str, node: str, count: int, actor: str) -> KeyNode:
     """Create a KeyNode row by hand, recording its count as an adjustment."""
+    check_count(count)
     with transaction.atomic():
         key_node = KeyNode.objects.create(key=key, node=node, count=count)
         if count:
@@ -107,6 +115,10 @@ def _rescale_key_nodes(
             if old is None:
                 continue
             new = target(old)
+            if not 0 <= new <= old:
+                raise ValueError(
+                    f"a bulk action may only lower a count ({old} -> {new})"
+                )
             if new == old:
                 continue
             KeyNode.objects.filter(pk=key_node.pk).update(count=F("count") + new - old)

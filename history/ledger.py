@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from history.labels import split_pipeline_label
-from history.models import KeyNode, Placement
+from history.models import MAX_COUNT, KeyNode, Placement
 from history.reader.model import rows_that_count
 from history.reader.sql import node_rows, replaced_since
 from history.recency import halvings_sql
@@ -43,6 +43,8 @@ def increment_key_nodes(
     transaction: the SQLite cache learns of count changes from those rows only, and
     `audit_counts` proves counts from them.
     """
+    if isinstance(by, bool) or not isinstance(by, int) or not 1 <= by <= MAX_COUNT:
+        raise ValueError(f"by must be an integer from 1 to {MAX_COUNT}, not {by!r}")
     unique_keys = list(dict.fromkeys(keys))
     if not unique_keys:
         return

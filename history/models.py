@@ -6,22 +6,43 @@ same transaction. CountAdjustment records every change that did not come from a
 placement (admin edits, resets, pruning), so `audit_counts` can tell drift from intent.
 """
 
+from django.core.validators import MaxValueValidator
 from django.db import models
+
+# The largest count a person may write (admin forms, list edits). A billion pods of
+# one key on one node is beyond any real cluster, and it leaves the watcher's later
+# increments (+1 per pod) about 9 * 10**18 below the 64-bit integer limit of both
+# databases: PostgreSQL's bigint raises "out of range" past 2**63 - 1, and SQLite
+# silently turns the value into an inexact float. Counts above 999 999 already
+# score like 999 999 (see history.services), so nothing is lost.
+MAX_COUNT = 10**9
 
 
 class KeyNode(models.Model):
     """How often pods whose pipeline label contains `key` were placed on `node`.
 
-    One row per (key, node). Written by the watcher through `history.services`; platform
+    One row per (key, node). Written by the watcher through `history.ledger`; platform
     engineers may edit `count` in the admin (recorded as a CountAdjustment).
     """
 
     key = models.CharField(max_length=253)
     node = models.CharField(max_length=253)
-    count = models.PositiveBigIntegerField(default=0)
+    count = models.PositiveBigIntegerField(
+        default=0,
+        validators=[
+            MaxValueValidator(
+                MAX_COUNT,
+                message=(
+                    "Ensure this value is less than or equal to %(limit_value)s: "
+                    "larger counts score no higher and could overflow the database "
+                    "when later placements are added."
+                ),
+            )
+        ],
+    )
     last_placed_at = models.DateTimeField(null=True, blank=True)
     # Recency state kept on write: the sum over placements of 0.5 ** (age / half-life),
-    # valued at `decayed_at` (Unix seconds). See `history.services.decayed_weight`.
+    # valued at `decayed_at` (Unix seconds). See `history.recency.decayed_weight`.
     decayed_weight = models.FloatField(default=0.0)
     decayed_at = models.FloatField(default=0.0)
     created = models.DateTimeField(auto_now_add=True)
@@ -124,8 +145,9 @@ class WatchState(models.Model):
     """Progress and health of one watch stream (`pods` or `nodes`).
 
     Written by the watcher in the same transaction as the counts, so a restart resumes
-    from `resource_version` without losing or repeating anything. Read by the admin
-    overview and the metrics.
+    from `resource_version` without losing or repeating anything. An event that can
+    never be written is skipped and noted in `skipped_events`/`last_skipped`. Read
+    by the admin overview, the metrics, `/readyz` and `watcher_health`.
     """
 
     name = models.CharField(max_length=32, primary_key=True)
@@ -135,6 +157,11 @@ class WatchState(models.Model):
     relists = models.PositiveBigIntegerField(default=0)
     events = models.PositiveBigIntegerField(default=0)
     holder = models.CharField(max_length=253, blank=True)
+    skipped_events = models.PositiveBigIntegerField(
+        default=0, help_text="Events dropped because they could not be written."
+    )
+    last_skipped = models.CharField(max_length=500, blank=True)
+    last_skipped_at = models.DateTimeField(null=True, blank=True)
     updated = models.DateTimeField(auto_now=True)
 
     def __str__(self):

@@ -1,7 +1,8 @@
 """Probe endpoints: `/healthz` (the process answers) and `/readyz` (it can serve).
 
 Both are unauthenticated, plain HTTP and exempt from the HTTPS redirect, so the
-kubelet can call them on the pod IP. Neither writes to the database.
+kubelet can call them on the pod IP. Neither writes to the database. `/readyz` also
+reports events the watcher had to skip: the counts stay servable, one pod is missing.
 """
 
 import logging
@@ -11,6 +12,8 @@ from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
+
+from history.models import WatchState
 
 logger = logging.getLogger(__name__)
 
@@ -30,13 +33,37 @@ def readyz(request):
     """200 when the database answers and every migration is applied, else 503.
 
     The 503 body is `{"status": "unready", "reason": "..."}`; the reason is also
-    logged at WARNING.
+    logged at WARNING. A 200 body lists, under `skipped_events`, each watch stream
+    that skipped events it could not write (count, last one, when).
     """
     reason = _unready_reason()
     if reason:
         logger.warning("Not ready: %s", reason)
         return JsonResponse({"status": "unready", "reason": reason}, status=503)
-    return JsonResponse({"status": "ready"})
+    answer = {"status": "ready"}
+    try:
+        skipped = _skipped_events()
+    except DatabaseError as exc:
+        logger.warning("Readiness: cannot read the watcher's skipped events: %s", exc)
+        skipped = {}
+    if skipped:
+        answer["skipped_events"] = skipped
+    return JsonResponse(answer)
+
+
+def _skipped_events() -> dict[str, dict]:
+    """Per stream, how many events the watcher skipped and the last one."""
+    rows = WatchState.objects.filter(skipped_events__gt=0).values_list(
+        "name", "skipped_events", "last_skipped", "last_skipped_at"
+    )
+    return {
+        name: {
+            "count": count,
+            "last": last,
+            "at": at.isoformat() if at else None,
+        }
+        for name, count, last, at in rows
+    }
 
 
 def _unready_reason() -> str:

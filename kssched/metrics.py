@@ -222,6 +222,12 @@ class HistoryCollector:
             "Full relists by the watcher, by stream.",
             labels=["stream"],
         )
+        skipped = CounterMetricFamily(
+            "kssched_watch_events_skipped",
+            "Watch events the watcher dropped because they could not be written, "
+            "by stream.",
+            labels=["stream"],
+        )
         event_age = GaugeMetricFamily(
             "kssched_watch_last_event_age_seconds",
             "Seconds since the watcher committed the stream's last event.",
@@ -236,6 +242,7 @@ class HistoryCollector:
         for state in states:
             events.add_metric([state.name], state.events)
             relists.add_metric([state.name], state.relists)
+            skipped.add_metric([state.name], state.skipped_events)
             if state.last_event_at:
                 age = (now - state.last_event_at).total_seconds()
                 event_age.add_metric([state.name], age)
@@ -245,7 +252,7 @@ class HistoryCollector:
             )
             if latest:
                 staleness.add_metric([state.name], (now - latest).total_seconds())
-        yield from (events, relists, event_age, staleness)
+        yield from (events, relists, skipped, event_age, staleness)
 
     def _ledger_metrics(self, ledger):
         recorded = CounterMetricFamily(

@@ -6,6 +6,7 @@ always win; a `.env` file is read only when KSSCHED_READ_DOT_ENV=1. In a checkou
 image has no `.env`.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -48,6 +49,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "axes",
     "rest_framework",
     "rest_framework.authtoken",
     "django_filters",
@@ -70,6 +72,9 @@ MIDDLEWARE = [
     "kssched.sitemiddleware.AuthenticationMiddleware",
     "kssched.sitemiddleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: turns a locked-out login into its 429 page. On
+    # every other request it only looks for a flag that a login attempt sets.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "kssched.urls"
@@ -102,6 +107,9 @@ DEFAULT_DATA_PATH = "/data/scheduler.db"
 DATA_PATH_IS_SET = bool(env.str("DATA_PATH", default=""))
 DATA_PATH = Path(env.str("DATA_PATH", default=DEFAULT_DATA_PATH))
 SQLITE_TIMEOUT = env.float("KSSCHED_SQLITE_TIMEOUT", default=5.0)
+# An admin edit keeps trying for the SQLite write lock this long in all, then tells
+# the user nothing was changed. Keep it below gunicorn's KSSCHED_WORKER_TIMEOUT.
+KSSCHED_ADMIN_WRITE_WAIT = env.float("KSSCHED_ADMIN_WRITE_WAIT", default=10.0)
 
 if env.str("DATABASE_URL", default=""):
     DATABASES = {"default": env.db_url("DATABASE_URL")}
@@ -199,6 +207,28 @@ KSSCHED_TLS_CA_FILE = env.str("KSSCHED_TLS_CA_FILE", default="")
 # set, scrapes need `Authorization: Bearer <token>`.
 KSSCHED_METRICS_TOKEN = env.str("KSSCHED_METRICS_TOKEN", default="")
 
+# Login throttling (django-axes): after KSSCHED_LOGIN_FAILURE_LIMIT failed logins for
+# one username from one client address, that pair is refused, even with the right
+# password, for KSSCHED_LOGIN_COOLOFF_MINUTES. Unlock earlier with
+# `manage.py axes_reset_username USER` (see the README). Axes's backend comes first
+# so a locked-out pair never reaches the password check.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("KSSCHED_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env.float("KSSCHED_LOGIN_COOLOFF_MINUTES", default=15.0)
+)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# The cool-off runs from the lockout: more attempts during it do not extend it.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+# A successful login forgets the earlier failures of that username and address.
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "admin/login_locked.html"
+# No start-up banner: management commands print their own output to stdout.
+AXES_VERBOSE = False
+
 _VALIDATORS = "django.contrib.auth.password_validation"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": f"{_VALIDATORS}.UserAttributeSimilarityValidator"},
@@ -245,6 +275,10 @@ KSSCHED_SCHEDULER_NAME = env.str("KSSCHED_SCHEDULER_NAME", default="ks-scheduler
 KSSCHED_SCORING = env.str("KSSCHED_SCORING", default="warm")
 # `warm` scoring: each placement's weight halves every half-life.
 KSSCHED_HALF_LIFE_DAYS = env.float("KSSCHED_HALF_LIFE_DAYS", default=7.0)
+# Each web worker keeps an exact copy of the history it scores with (SQLite: synced
+# from the ledger; PostgreSQL: from a trigger-written change log). Off: one
+# statement per call, straight from the database.
+KSSCHED_HISTORY_CACHE = env.bool("KSSCHED_HISTORY_CACHE", default=True)
 # Full Node lists are large (5000 nodes are about 70 MB); only the extender routes
 # accept bodies this big. The rest of the site keeps Django's default limit.
 KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=128 * 1024 * 1024)

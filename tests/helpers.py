@@ -44,6 +44,20 @@ def place(uid, label, node, *, ago=None, finished=False):
         finish_placement(pod_uid=uid)
 
 
+def log_in(client, username: str, password: str, **extra) -> None:
+    """Log `client` in through the admin's login form, as a person does, so the
+    login throttling sees it (Client.login() would bypass it); `extra` goes into
+    the request's environ (e.g. REMOTE_ADDR). Fails the test when refused."""
+    response = client.post(
+        "/admin/login/",
+        {"username": username, "password": password, "next": "/admin/"},
+        **extra,
+    )
+    assert response.status_code == 302, (
+        f"login as {username!r} was refused with {response.status_code}"
+    )
+
+
 def run_concurrently(threads: int, work) -> list[Exception]:
     """Run `work()` in `threads` threads started together; return what they raised.
 

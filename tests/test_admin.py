@@ -3,6 +3,10 @@
 import csv
 import io
 import re
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
 from datetime import timedelta
 from xml.etree import ElementTree
 
@@ -12,14 +16,22 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.db import connection
 from django.db.models import Sum
+from django.test import Client
 from django.utils import timezone
 
 from extender.scoring.strategies import get_strategy
 from history.audit import audit_counts
 from history.corrections import create_key_node
 from history.labels import split_pipeline_label
-from history.models import CountAdjustment, KeyNode, NodeRecord, Placement, WatchState
-from tests.helpers import place
+from history.models import (
+    MAX_COUNT,
+    CountAdjustment,
+    KeyNode,
+    NodeRecord,
+    Placement,
+    WatchState,
+)
+from tests.helpers import log_in, place
 
 pytestmark = pytest.mark.django_db
 
@@ -47,6 +59,66 @@ def test_admin_login_with_the_form(client):
     assert response.status_code == 302
     assert response["Location"] == "/admin/"
     assert client.get("/admin/").status_code == 200
+
+
+# --- Login throttling -----------------------------------------------------------------
+
+ATTACKER = "192.0.2.10"
+
+
+def login_attempt(password, *, username="admin", address=ATTACKER):
+    """One post of the login form from `address`, by a fresh browser."""
+    return Client(REMOTE_ADDR=address).post(
+        "/admin/login/",
+        {"username": username, "password": password, "next": "/admin/"},
+    )
+
+
+def lock_out_admin():
+    """Five wrong passwords for "admin" from ATTACKER: the fifth is locked out."""
+    User.objects.create_superuser("admin", "admin@example.com", "s3cret-pass")
+    for _ in range(4):
+        response = login_attempt("wrong-guess")
+        assert response.status_code == 200
+        assert b"Please enter the correct username and password" in response.content
+    response = login_attempt("wrong-guess")
+    assert response.status_code == 429
+    return response
+
+
+def test_login_is_locked_after_five_failures_even_for_the_right_password():
+    locked = lock_out_admin()
+    assert (
+        b'Too many failed logins for "admin" from your address: logins for this user '
+        b"from here are refused for 15 min, even with the right password."
+    ) in locked.content
+    assert b"axes_reset_username admin" in locked.content
+    right = login_attempt("s3cret-pass")
+    assert right.status_code == 429
+    assert "_auth_user_id" not in right.client.session
+    # The lock holds one username from one address, not the user everywhere, nor
+    # every user of that address.
+    User.objects.create_superuser("ops", "ops@example.com", "other-pass-42")
+    assert login_attempt("s3cret-pass", address="192.0.2.11").status_code == 302
+    assert login_attempt("other-pass-42", username="ops").status_code == 302
+
+
+def test_axes_reset_username_unlocks_at_once():
+    lock_out_admin()
+    out = io.StringIO()
+    call_command("axes_reset_username", "admin", stdout=out)
+    assert "1 attempts removed" in out.getvalue()
+    assert login_attempt("s3cret-pass").status_code == 302
+
+
+def test_a_lockout_ends_after_the_cooloff(settings):
+    # Long enough that the five failures (each a password hash) count together on
+    # a busy machine: each failure restarts the window until the lockout.
+    settings.AXES_COOLOFF_TIME = timedelta(seconds=3)
+    lock_out_admin()
+    assert login_attempt("s3cret-pass").status_code == 429
+    time.sleep(3.2)
+    assert login_attempt("s3cret-pass").status_code == 302
 
 
 def test_keynode_list_and_search(admin_client):
@@ -81,11 +153,52 @@ def test_admin_rejects_negative_count(admin_client):
     assert row.count == 3
 
 
+TOO_LARGE = "Ensure this value is less than or equal to 1000000000"
+
+
+def test_counts_above_the_bound_are_refused_in_every_form(admin_client):
+    row = create_key_node(key="jenkins", node="worker-1", count=3, actor="setup")
+    change = f"/admin/history/keynode/{row.pk}/change/"
+    response = admin_client.post(change, {"count": str(2**63 - 1)})
+    assert response.status_code == 200
+    assert TOO_LARGE in response.content.decode()
+    response = admin_client.post(
+        "/admin/history/keynode/", editable_post([row], [MAX_COUNT + 1])
+    )
+    assert response.status_code == 200
+    assert TOO_LARGE in response.content.decode()
+    response = admin_client.post(
+        "/admin/history/keynode/add/",
+        {"key": "maven", "node": "worker-9", "count": str(MAX_COUNT + 1)},
+    )
+    assert response.status_code == 200
+    assert TOO_LARGE in response.content.decode()
+    assert list(KeyNode.objects.values_list("key", "count")) == [("jenkins", 3)]
+    assert CountAdjustment.objects.count() == 1
+
+
+def test_the_largest_count_takes_later_placements_but_no_larger_edit(admin_client):
+    row = create_key_node(key="jenkins", node="worker-1", count=3, actor="setup")
+    response = admin_client.post(
+        f"/admin/history/keynode/{row.pk}/change/", {"count": str(MAX_COUNT)}
+    )
+    assert response.status_code == 302
+    for uid in ("u1", "u2"):
+        place(uid, "jenkins", "worker-1")
+    row.refresh_from_db()
+    assert (type(row.count), row.count) == (int, MAX_COUNT + 2)
+    assert audit_drift() == []
+    response = admin_client.post(
+        f"/admin/history/keynode/{row.pk}/change/", {"count": str(MAX_COUNT + 2)}
+    )
+    assert TOO_LARGE in response.content.decode()
+
+
 def test_viewer_group_can_browse_but_not_edit(client):
     viewer = User.objects.create_user("viewer", password="s3cret-pass", is_staff=True)
     viewer.groups.add(Group.objects.get(name="ks-scheduler viewers"))
     row = KeyNode.objects.create(key="jenkins", node="worker-1", count=3)
-    client.login(username="viewer", password="s3cret-pass")
+    log_in(client, "viewer", "s3cret-pass")
     assert client.get("/admin/history/keynode/").status_code == 200
     client.post(f"/admin/history/keynode/{row.pk}/change/", {"count": "99"})
     row.refresh_from_db()
@@ -279,7 +392,7 @@ def test_bulk_halve_and_reset_are_recorded(admin_client):
     assert audit_drift() == []
 
 
-def test_bulk_delete_goes_through_services(admin_client):
+def test_bulk_delete_goes_through_corrections(admin_client):
     rows = make_rows()
     response = run_action(admin_client, "delete_selected", rows[:2], post="yes")
     assert response.status_code == 302
@@ -308,6 +421,99 @@ def test_csv_cells_never_start_a_formula(admin_client):
     row = KeyNode.objects.create(key="=cmd", node="worker-1", count=1)
     response = run_action(admin_client, "export_csv", [row])
     assert "'=cmd" in response.content.decode()
+
+
+# --- The SQLite write lock ------------------------------------------------------------
+
+HOLD_WRITE_LOCK = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+
+
+@contextmanager
+def write_lock_held_elsewhere(seconds: float):
+    """Another process holds the SQLite write lock for `seconds`, as the watcher
+    does while it records a batch, or a shell with a write transaction open."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            HOLD_WRITE_LOCK,
+            connection.settings_dict["NAME"],
+            str(seconds),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout.readline().strip() == "locked"
+        yield process
+    finally:
+        process.wait(timeout=30)
+        process.stdout.close()
+
+
+@pytest.fixture
+def sqlite_timeout_1s():
+    """KSSCHED_SQLITE_TIMEOUT=1 for this test's connection, so the tests are quick."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's write lock")
+    options = connection.settings_dict["OPTIONS"]
+    saved = options["timeout"]
+    options["timeout"] = 1.0
+    connection.close()
+    yield
+    options["timeout"] = saved
+    connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_edit_waits_out_a_write_lock_held_elsewhere(
+    admin_client, sqlite_timeout_1s, settings
+):
+    settings.KSSCHED_ADMIN_WRITE_WAIT = 8
+    row = create_key_node(key="jenkins", node="worker-1", count=3, actor="setup")
+    started = time.monotonic()
+    with write_lock_held_elsewhere(2.5):
+        response = admin_client.post(
+            f"/admin/history/keynode/{row.pk}/change/", {"count": "12"}
+        )
+    assert response.status_code == 302
+    assert time.monotonic() - started >= 2.4
+    row.refresh_from_db()
+    assert row.count == 12
+    entry = LogEntry.objects.get(object_id=str(row.pk))
+    assert entry.get_change_message() == "Changed count from 3 to 12."
+    assert audit_drift() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_edit_without_the_write_lock_in_time_changes_nothing_and_says_so(
+    admin_client, sqlite_timeout_1s, settings
+):
+    settings.KSSCHED_ADMIN_WRITE_WAIT = 2
+    rows = make_rows()
+    with write_lock_held_elsewhere(6) as holder:
+        started = time.monotonic()
+        response = run_action(admin_client, "halve_counts", rows[:3])
+        elapsed = time.monotonic() - started
+        still_locked = holder.poll() is None
+    assert response.status_code == 503
+    assert elapsed >= 1.9 and still_locked
+    assert response["Retry-After"] == "5"
+    assert response.templates[0].name == "admin/request_refused.html"
+    message = response.context["message"]
+    assert message.startswith("Nothing was changed: another process held the")
+    assert re.search(r"write lock for \d+ s", message)
+    assert sorted(KeyNode.objects.values_list("count", flat=True)) == [0, 3, 40, 250]
+    assert not CountAdjustment.objects.exclude(actor="setup").exists()
+    assert not LogEntry.objects.exists()
+    assert audit_drift() == []
 
 
 # --- Viewers and anonymous users ------------------------------------------------------
@@ -367,8 +573,37 @@ def test_anonymous_users_are_sent_to_login(client, url):
 
 def test_staff_without_history_permission_cannot_open_pipeline(client):
     User.objects.create_user("staff", password="s3cret-pass", is_staff=True)
-    client.login(username="staff", password="s3cret-pass")
+    log_in(client, "staff", "s3cret-pass")
     assert client.get("/admin/pipeline/?q=maven").status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("url", "params"),
+    [
+        ("/admin/history/keynode/", {"key": "mav\x00en"}),
+        ("/admin/history/keynode/", {"node": "worker\x001"}),
+        ("/admin/history/keynode/", {"q": "mav\x00en"}),
+        ("/admin/history/placement/", {"key": "mav\x00en"}),
+        ("/admin/history/placement/", {"node": "worker\x001"}),
+        ("/admin/history/placement/", {"q": "\x00"}),
+        ("/admin/history/countadjustment/", {"q": "\x00"}),
+        ("/admin/history/keypolicy/", {"q": "\x00"}),
+        ("/admin/history/nodepolicy/", {"q": "\x00"}),
+        ("/admin/pipeline/", {"q": "jenkins-\x00java"}),
+    ],
+)
+def test_a_nul_character_in_a_filter_or_search_is_refused_with_a_message(
+    admin_client, url, params
+):
+    place("a", "jenkins-java-maven", "worker-1")
+    response = admin_client.get(url, params)
+    assert response.status_code == 400
+    assert response.templates[0].name == "admin/request_refused.html"
+    name = next(iter(params))
+    assert f"The filter or search parameter &#x27;{name}&#x27; contains a NUL" in (
+        response.content.decode()
+    )
+    assert f'href="{url}"' in response.content.decode()
 
 
 # --- Placement ledger -----------------------------------------------------------------
@@ -564,5 +799,5 @@ def test_superuser_bootstrap_from_environment(client, monkeypatch):
     call_command("createsuperuser", interactive=False, stdout=io.StringIO())
     user = User.objects.get(username="ops")
     assert user.is_superuser and user.email == "ops@example.com"
-    assert client.login(username="ops", password="a-long-pass-phrase-42")
+    log_in(client, "ops", "a-long-pass-phrase-42")
     assert client.get("/admin/").status_code == 200

@@ -46,10 +46,11 @@ def test_anonymous_requests_are_refused(url):
     assert response["WWW-Authenticate"] == "Token"
 
 
-def test_users_without_view_permission_are_refused(history):
+@pytest.mark.parametrize("url", ENDPOINTS)
+def test_users_without_view_permission_are_refused(history, url):
     client = APIClient()
     client.force_login(User.objects.create_user("nobody", password="x-long-pass"))
-    response = client.get("/api/keys/")
+    response = client.get(url, HTTP_ACCEPT="application/json")
     assert response.status_code == 403
     assert "view permission" in response.json()["detail"]
 
@@ -110,6 +111,22 @@ def test_nodes_of_an_unknown_key_is_404(api, history):
     response = api.get("/api/keys/nope/nodes/")
     assert response.status_code == 404
     assert "nope" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("url", "params", "name"),
+    [
+        ("/api/keys/mav%00en/nodes/", {}, "key"),
+        ("/api/keys/", {"search": "ja\x00va"}, "search"),
+        ("/api/placements/", {"node": "worker\x001"}, "node"),
+        ("/api/placements/", {"key": "ja\x00va"}, "key"),
+        ("/api/placements/", {"label": "\x00"}, "label"),
+    ],
+)
+def test_a_nul_character_in_the_path_or_query_is_a_400(api, history, url, params, name):
+    response = api.get(url, params)
+    assert response.status_code == 400
+    assert "NUL character" in response.json()[name][0]
 
 
 def uids(api, **params):

@@ -90,7 +90,7 @@ class Prioritizer(threading.Thread):
 
 
 class Admin(threading.Thread):
-    """Edits counts through the services the admin uses, on its own connection.
+    """Edits counts through the corrections the admin uses, on its own connection.
 
     Remembers every change it made, as (key, node) -> total delta.
     """

@@ -276,6 +276,31 @@ def test_prioritize_rejects_wrong_nested_types(client, body, message):
     assert message in orjson.loads(response.content)["Error"]
 
 
+NUL_BODIES = [
+    (pod_body("ci-\x00java", ["node1"]), "Pod label 'ks-pipeline'"),
+    (pod_body("ci-java", ["node1", "node\x002"]), "NodeNames[1]"),
+    (
+        {
+            "Pod": {"metadata": {"labels": {"ks-pipeline": "ci"}}},
+            "Nodes": {"items": [{"metadata": {"name": "node\x001"}}]},
+        },
+        "Nodes.items[0].metadata.name",
+    ),
+]
+
+
+@pytest.mark.parametrize("url", [PRIORITIZE_URL, "/scheduler/explain"])
+@pytest.mark.parametrize(("body", "where"), NUL_BODIES)
+def test_a_nul_character_in_a_name_or_the_label_is_a_400(client, url, body, where):
+    KeyNode.objects.create(key="ci", node="node1", count=3)
+    with CaptureQueriesContext(connection) as queries:
+        response = post(client, url, body)
+    assert response.status_code == 400
+    error = orjson.loads(response.content)["Error"]
+    assert error.startswith(f"{where} contains a NUL character")
+    assert len(queries) == 0
+
+
 def test_wrong_content_type_is_415_with_json_error(client):
     response = post(client, PRIORITIZE_URL, b"Pod=1", content_type="text/plain")
     assert response.status_code == 415

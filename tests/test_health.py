@@ -62,6 +62,33 @@ def test_readyz_is_ready_with_a_migrated_database(db, client):
     assert response.json() == {"status": "ready"}
 
 
+def test_readyz_reports_events_the_watcher_skipped_and_stays_ready(db, client):
+    from django.utils import timezone
+
+    from history.models import WatchState
+
+    WatchState.objects.create(name="nodes")
+    at = timezone.now()
+    WatchState.objects.create(
+        name="pods",
+        skipped_events=2,
+        last_skipped="ADDED pods ci/p uid=u-1 rv=7: DataError: bigint out of range",
+        last_skipped_at=at,
+    )
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ready",
+        "skipped_events": {
+            "pods": {
+                "count": 2,
+                "last": "ADDED pods ci/p uid=u-1 rv=7: DataError: bigint out of range",
+                "at": at.isoformat(),
+            }
+        },
+    }
+
+
 def test_probes_refuse_post(client):
     assert client.post("/healthz").status_code == 405
 

@@ -137,6 +137,7 @@ def test_watcher_and_ledger_state_are_read_from_the_database():
         relists=3,
         last_event_at=now - timedelta(seconds=30),
         heartbeat_at=now - timedelta(seconds=5),
+        skipped_events=1,
     )
     for number, (warmth, finished) in enumerate(
         [("exact", None), ("exact", now), ("partial", None), ("cold", None)]
@@ -156,6 +157,7 @@ def test_watcher_and_ledger_state_are_read_from_the_database():
     assert value(samples, "kssched_database_up") == 1
     assert value(samples, "kssched_watch_events_total", stream="pods") == 42
     assert value(samples, "kssched_watch_relists_total", stream="pods") == 3
+    assert value(samples, "kssched_watch_events_skipped_total", stream="pods") == 1
     age = value(samples, "kssched_watch_last_event_age_seconds", stream="pods")
     assert 30 <= age < 60
     staleness = value(samples, "kssched_counts_staleness_seconds", stream="pods")

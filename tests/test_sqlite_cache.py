@@ -16,7 +16,8 @@ from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from extender.scoring.window import WarmWindow
 from history import corrections, labels, ledger, recency
 from history.models import KeyNode, KeyPolicy, NodePolicy
-from history.reader import history_reader, sqlite_cache
+from history.reader import history_reader
+from history.reader.cache import CachedReader
 from history.watcher import state
 
 pytestmark = [
@@ -339,7 +340,7 @@ def test_a_broken_invalidation_is_caught(monkeypatch):
 
 
 def test_warm_starts_over_when_a_change_log_is_full(monkeypatch):
-    monkeypatch.setattr(sqlite_cache, "MAX_CHANGES", 3)
+    monkeypatch.setattr(CachedReader, "max_changes", 3)
     now = time.time()
     for i in range(8):
         place(f"p{i}", LABELS[i % 3], NODES[i])

@@ -1,6 +1,7 @@
-"""The watcher's step methods against the fake API server over real HTTP.
+"""The watcher's list/watch loop, pod and node handlers and lease against the fake
+API server over real HTTP.
 
-The unmodified `kubernetes` client talks to tests/fakeapi.py; every test checks the
+The unmodified `kubernetes` client talks to tests/fakeapi/; every test checks the
 exact counts and that `audit_counts` finds no drift. Process-level behaviour
 (signals, restarts, two watchers, locks) is in test_watch_process.py.
 """
@@ -10,16 +11,24 @@ import logging
 import signal
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
+import urllib3
 from django.core.management import call_command
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import override_settings
 
-from history import audit, kube, metrics, watching
-from history.heartbeat import heartbeat_age
+from history import audit, corrections
 from history.models import KeyNode, NodeRecord, Placement, WatchState
-from history.watcher import state
+from history.watcher import kube, metrics, state
+from history.watcher.heartbeat import Heartbeat, heartbeat_age
+from history.watcher.lease import LeaderElector
+from history.watcher.loop import Stream
+from history.watcher.nodes import NodeHandler
+from history.watcher.options import Backoff, Options
+from history.watcher.pods import PodHandler
+from history.watcher.process import Watcher
 from tests.fakeapi import (
     ClusterWatch,
     FakeApiServer,
@@ -36,6 +45,7 @@ from tests.fakeapi import (
     make_node,
     make_pod,
 )
+from tests.helpers import free_port
 from tests.soak_watch import write_kubeconfig
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -65,12 +75,13 @@ def options(**overrides):
         backoff_reset=5,
     )
     values.update(overrides)
-    return watching.Options(**values)
+    return Options(**values)
 
 
 def pod_stream(api, tmp_path=None, **overrides):
-    heartbeat = watching.Heartbeat(tmp_path / "hb" if tmp_path else None)
-    return watching.PodStream(api, options=options(**overrides), heartbeat=heartbeat)
+    heartbeat = Heartbeat(tmp_path / "hb" if tmp_path else None)
+    opts = options(**overrides)
+    return Stream(api, PodHandler(opts), options=opts, heartbeat=heartbeat)
 
 
 def counts():
@@ -117,7 +128,9 @@ def run_until(stream, predicate, timeout=10.0):
 
 
 def test_duplicates_out_of_order_replays_and_noise_count_each_uid_once(api, server):
-    """T15-T18, T20, T22: one count per bound pipeline pod UID, whatever the order."""
+    """Duplicates, replays of older states, other schedulers, unlabelled pods,
+    a name reused by a new UID and a pod seen only at deletion: one count per bound
+    pipeline pod UID, whatever the order."""
     api_server_events = [
         event("ADDED", make_pod("b", uid="u-b", label="jenkins-java", rv="3")),
         event("MODIFIED", bound("b", "n1", uid="u-b", label="jenkins-java", rv="4")),
@@ -174,7 +187,7 @@ def test_duplicates_out_of_order_replays_and_noise_count_each_uid_once(api, serv
 
 
 def test_label_edited_after_binding_changes_nothing(api, server):
-    """T19: the key is frozen at first observation; label removal is not an end."""
+    """The key is frozen at first observation; removing the label is not an end."""
     server.script(
         ListAction([], "1"),
         WatchAction(
@@ -195,7 +208,7 @@ def test_label_edited_after_binding_changes_nothing(api, server):
 
 
 def test_unreadable_and_unknown_events_are_logged_and_skipped(api, server, caplog):
-    """T15/T16: invalid JSON, an unknown type, an object without metadata."""
+    """Invalid JSON, an unknown type, an object without metadata, a blank line."""
     server.script(
         ListAction([], "1"),
         RawAction(
@@ -210,7 +223,7 @@ def test_unreadable_and_unknown_events_are_logged_and_skipped(api, server, caplo
     )
     stream = pod_stream(api)
     stream.start()
-    with caplog.at_level(logging.WARNING, logger="history.watching"):
+    with caplog.at_level(logging.WARNING, logger="history.watcher"):
         assert stream.watch_once()
     assert counts() == {("pipeline1", "n1"): 1}
     text = caplog.text
@@ -238,14 +251,13 @@ def test_count_when_running_waits_for_the_running_phase(api, server):
     stream.start()
     after_pending = None
 
-    def spy(type_, obj, original=stream.apply):
+    def spy(raw, original=stream.handle):
         nonlocal after_pending
-        result = original(type_, obj)
-        if obj["metadata"]["resourceVersion"] == "2":
+        original(raw)
+        if raw["object"]["metadata"]["resourceVersion"] == "2":
             after_pending = Placement.objects.count()
-        return result
 
-    stream.apply = spy
+    stream.handle = spy
     assert stream.watch_once()
     assert after_pending == 0
     assert counts() == {("pipeline1", "n1"): 1}
@@ -253,11 +265,166 @@ def test_count_when_running_waits_for_the_running_phase(api, server):
     assert_no_drift()
 
 
+def test_a_rolled_back_attempt_is_not_counted_in_the_metrics(api, server):
+    """A database error after the placement was written rolls the attempt back; the
+    retry records it again, and the placement metric counts it once."""
+    server.script(
+        ListAction([], "1"),
+        WatchAction([event("ADDED", bound("p", "n1", uid="u-p", rv="2"))]),
+    )
+    stream = pod_stream(api)
+    stream.start()
+    stream.relist()
+    failed = []
+
+    def fail_first_checkpoint(execute, sql, params, many, context):
+        # The checkpoint is saved after the placement, in the same transaction.
+        if not failed and sql.startswith('UPDATE "history_watchstate"'):
+            if params and "2" in params:
+                failed.append(sql)
+                raise OperationalError("database is locked")
+        return execute(sql, params, many, context)
+
+    recorded = metrics.PLACEMENTS_RECORDED._value.get()
+    retries = metrics.DB_RETRIES._value.get()
+    with connection.execute_wrapper(fail_first_checkpoint):
+        assert stream.watch_once()
+    assert failed
+    assert metrics.DB_RETRIES._value.get() == retries + 1
+    assert metrics.PLACEMENTS_RECORDED._value.get() == recorded + 1
+    assert counts() == {("pipeline1", "n1"): 1}
+    assert WatchState.objects.get(name="pods").resource_version == "2"
+    assert_no_drift()
+
+
+@contextmanager
+def unwritable_pod(uid, label, node):
+    """Make the placement of pod `uid` fail with a data error on every attempt.
+
+    PostgreSQL: the count of (label, node) is at the bigint maximum (an admin edit),
+    so the next increment is out of range. SQLite has no such limit (it turns to a
+    float), so a trigger rejects the ledger row instead.
+    """
+    if connection.vendor == "postgresql":
+        corrections.create_key_node(key=label, node=node, count=2**63 - 1, actor="ops")
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TRIGGER reject_pod BEFORE INSERT ON history_placement "
+            f"WHEN NEW.pod_uid = '{uid}' BEGIN SELECT RAISE(ABORT, 'rejected'); END"
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER IF EXISTS reject_pod")
+
+
+def test_an_event_that_can_never_be_written_is_skipped_and_reported(
+    api, server, caplog
+):
+    """A data error on every attempt: the event is logged, counted and recorded as
+    skipped after a few attempts, and the pods after it are counted."""
+    server.script(
+        ListAction([], "1"),
+        WatchAction(
+            [
+                event("ADDED", bound("bad", "n9", uid="u-bad", label="max", rv="2")),
+                event("ADDED", bound("ok", "n1", uid="u-ok", label="fine", rv="3")),
+            ]
+        ),
+    )
+    stream = pod_stream(api)
+    stream.start()
+    skipped = metrics.EVENTS_SKIPPED.labels("pods")._value.get()
+    with (
+        unwritable_pod("u-bad", "max", "n9"),
+        caplog.at_level(logging.WARNING, logger="history.watcher"),
+    ):
+        assert run_until(stream, lambda: Placement.objects.count() == 1)
+    assert list(Placement.objects.values_list("pod_uid", flat=True)) == ["u-ok"]
+    watch_state = WatchState.objects.get(name="pods")
+    assert watch_state.resource_version == "3"
+    assert watch_state.skipped_events == 1
+    assert "u-bad" in watch_state.last_skipped
+    assert "rv=2" in watch_state.last_skipped
+    assert watch_state.last_skipped_at is not None
+    assert metrics.EVENTS_SKIPPED.labels("pods")._value.get() == skipped + 1
+    if connection.vendor == "postgresql":
+        assert "DataError: bigint out of range" in watch_state.last_skipped
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert "u-bad" in errors[0].getMessage()
+    assert "ks-pipelines/bad" in errors[0].getMessage()
+    assert_no_drift()
+
+
+def test_watcher_health_shows_skipped_events(tmp_path):
+    heartbeat = tmp_path / "hb"
+    heartbeat.touch()
+    out = io.StringIO()
+    call_command("watcher_health", path=str(heartbeat), stdout=out)
+    assert "skipped" not in out.getvalue()
+    WatchState.objects.create(
+        name="pods", skipped_events=3, last_skipped="ADDED pods ci/p uid=u-1 rv=7: x"
+    )
+    out = io.StringIO()
+    call_command("watcher_health", path=str(heartbeat), stdout=out)
+    assert out.getvalue().startswith("ok: heartbeat")
+    assert "pods: 3 events skipped, last: ADDED pods ci/p uid=u-1 rv=7: x" in (
+        out.getvalue()
+    )
+
+
+def test_a_listed_pod_that_cannot_be_written_is_skipped_alone(api, server):
+    """A data error in a list batch: the other pods of the batch are still counted."""
+    server.add_pods(
+        [
+            bound("a", "n1", uid="u-a", label="fine"),
+            bound("bad", "n9", uid="u-bad", label="max"),
+            bound("c", "n2", uid="u-c", label="fine"),
+        ]
+    )
+    server.inject(ClusterWatch(max_events=0, end="close"))
+    stream = pod_stream(api)
+    stream.start()
+    with unwritable_pod("u-bad", "max", "n9"):
+        assert run_until(stream, lambda: Placement.objects.count() == 2)
+    assert set(Placement.objects.values_list("pod_uid", flat=True)) == {"u-a", "u-c"}
+    assert WatchState.objects.get(name="pods").skipped_events == 1
+
+
+def test_a_locked_database_is_retried_until_it_answers(api, server):
+    """Transient errors are never skipped, however many attempts they take."""
+    server.script(
+        ListAction([], "1"),
+        WatchAction([event("ADDED", bound("p", "n1", uid="u-p", rv="2"))]),
+    )
+    stream = pod_stream(api)
+    stream.start()
+    stream.relist()
+    failures = []
+
+    def locked_five_times(execute, sql, params, many, context):
+        if len(failures) < 5 and sql.startswith('INSERT INTO "history_placement"'):
+            failures.append(sql)
+            raise OperationalError("database is locked")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(locked_five_times):
+        assert stream.watch_once()
+    assert len(failures) == 5
+    assert counts() == {("pipeline1", "n1"): 1}
+    assert WatchState.objects.get(name="pods").skipped_events == 0
+
+
 # --------------------------------------------------------------------------- faults
 
 
 def test_410_then_relist_and_resume_after_compaction(api, server):
-    """T12/T27b: an ERROR 410 event relists; a compacted checkpoint relists too."""
+    """An ERROR 410 event relists; a checkpoint the server compacted away relists
+    too, after a restart."""
     server.add_pods([make_pod(f"p{i}", label="a-b") for i in range(3)])
     server.bind_pod("p0", "n1")
     stream = pod_stream(api)
@@ -286,7 +453,8 @@ def test_410_then_relist_and_resume_after_compaction(api, server):
 
 
 def test_dropped_and_truncated_streams_resume_from_the_same_rv(api, server):
-    """T7/T8: no relist; the next watch starts at the last committed event."""
+    """A dropped or truncated stream needs no relist: the next watch starts at the
+    last committed event."""
     server.add_pods([make_pod(f"p{i}", label="k") for i in range(6)])
     stream = pod_stream(api)
     stream.start()
@@ -312,7 +480,7 @@ def test_dropped_and_truncated_streams_resume_from_the_same_rv(api, server):
 
 
 def test_silent_server_past_the_read_timeout_reconnects(api, server):
-    """T5: a stream that says nothing is abandoned after the read timeout."""
+    """A stream that says nothing is abandoned after the read timeout."""
     server.add_pod(make_pod("p", label="k"))
     stream = pod_stream(api)
     stream.start()
@@ -328,8 +496,31 @@ def test_silent_server_past_the_read_timeout_reconnects(api, server):
     assert_no_drift()
 
 
+def test_an_unreachable_server_logs_one_short_line_per_attempt(tmp_path, caplog):
+    """No client-side retries behind the loop's back, no second line for the
+    backoff: one short WARNING per connection attempt."""
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    client = kube.api_client(kubeconfig=str(write_kubeconfig(tmp_path, url)))
+    stream = pod_stream(kube.KubeApi(client, connect_timeout=1, read_timeout=1.0))
+    stream.needs_list = True
+    attempts = metrics.RECONNECTS.labels("unreachable")
+    before = attempts._value.get()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        run_until(stream, lambda: attempts._value.get() >= before + 3)
+    tried = attempts._value.get() - before
+    assert tried >= 3
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert [r.name for r in lines] == ["history.watcher.loop"] * int(tried)
+    for line in lines:
+        message = line.getMessage()
+        assert message.startswith("The pods watch failed (unreachable): ")
+        assert message.endswith("Connection refused; listing again")
+        assert len(message) < 200, message
+
+
 def test_persistent_500_is_retried_at_a_bounded_rate(api, server):
-    """T14: every failure backs off; the request rate stays bounded."""
+    """Every failure backs off; the request rate stays bounded."""
     server.inject(StatusAction(500), times=10_000, verb="watch")
     stream = pod_stream(api, backoff_base=0.2, backoff_cap=0.4)
     stream.start()
@@ -357,7 +548,7 @@ def test_heartbeat_moves_on_events_and_backoff(api, server, tmp_path):
 def test_node_stream_notices_a_replaced_node(api, server):
     server.add_node(make_node("n1", uid="uid-1"))
     server.add_node(make_node("n2", uid="uid-2"))
-    nodes = watching.NodeStream(api, options=options())
+    nodes = Stream(api, NodeHandler(), options=options())
     nodes.start()
     nodes.relist()
     server.replace_node("n1")
@@ -381,8 +572,8 @@ def test_record_node_seen_outcomes():
 
 
 def test_lease_acquire_renew_release_and_conflict(api, server):
-    first = watching.LeaderElector(api, "lease", NS, "a", duration=2)
-    second = watching.LeaderElector(api, "lease", NS, "b", duration=2)
+    first = LeaderElector(api, "lease", NS, "a", duration=2)
+    second = LeaderElector(api, "lease", NS, "b", duration=2)
     assert first.try_acquire()
     assert not second.try_acquire()
     assert first.try_acquire()  # renew
@@ -397,7 +588,7 @@ def test_lease_acquire_renew_release_and_conflict(api, server):
 
 def test_an_expired_lease_is_taken_over(api, server):
     server.add("leases", make_lease("lease", holder="gone", duration=1))
-    elector = watching.LeaderElector(api, "lease", NS, "me", duration=2)
+    elector = LeaderElector(api, "lease", NS, "me", duration=2)
     assert not elector.try_acquire()
     time.sleep(1.2)
     assert elector.try_acquire()
@@ -409,7 +600,7 @@ def test_an_expired_lease_is_taken_over(api, server):
 
 def test_backoff_grows_is_capped_and_resets():
     now = [0.0]
-    backoff = watching.Backoff(
+    backoff = Backoff(
         base=0.8, cap=30, reset=120, rng=lambda: 0.5, clock=lambda: now[0]
     )
     delays = [backoff.next_delay() for _ in range(8)]
@@ -427,6 +618,14 @@ def test_classify_sorts_client_errors():
     assert kube.classify(too_large).action == kube.GONE
     assert kube.classify(ApiException(status=429)).reason == "429"
     assert kube.classify(ValueError("x")) is None
+    pool = urllib3.HTTPConnectionPool("api.example", 6443)
+    url = "/api/v1/pods?labelSelector=ks-pipeline&limit=500"
+    refused = urllib3.exceptions.NewConnectionError(pool, "Connection refused")
+    failure = kube.classify(urllib3.exceptions.MaxRetryError(pool, url, refused))
+    assert (failure.reason, failure.detail) == ("unreachable", str(refused))
+    slow = urllib3.exceptions.ReadTimeoutError(pool, url, "Read timed out.")
+    failure = kube.classify(urllib3.exceptions.MaxRetryError(pool, url, slow))
+    assert failure.reason == "read_timeout"
 
 
 # --------------------------------------------------------------------------- command
@@ -474,22 +673,59 @@ def test_watch_pods_command_end_to_end_with_max_events(server, tmp_path):
     assert "no drift" in out.getvalue()
 
 
+def test_watch_pods_once_returns_after_the_list_and_the_queued_events(server, tmp_path):
+    """--once does not wait for the server's watch timeout (here 30-40 s)."""
+    server.add_pods([make_pod(f"p{i}", label="once") for i in range(2)])
+    server.bind_pod("p0", "n1")
+    kubeconfig = str(write_kubeconfig(tmp_path, server.url))
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    took = []
+    try:
+        with override_settings(
+            KSSCHED_HEARTBEAT_PATH=str(tmp_path / "hb"),
+            KSSCHED_WATCHER_METRICS_PORT=0,
+            KSSCHED_WATCH_SERVER_TIMEOUT_MIN=30,
+            KSSCHED_WATCH_SERVER_TIMEOUT_MAX=40,
+        ):
+            for bind in ("p1", None):
+                started = time.monotonic()
+                call_command(
+                    "watch_pods",
+                    kubeconfig=kubeconfig,
+                    once=True,
+                    no_nodes=True,
+                    stdout=io.StringIO(),
+                )
+                took.append(time.monotonic() - started)
+                if bind:
+                    # Bound while no watcher runs: the next --once resumes from the
+                    # checkpoint and finds the event waiting.
+                    server.bind_pod(bind, "n2")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert max(took) < 5, took
+    assert counts() == {("once", "n1"): 1, ("once", "n2"): 1}
+    assert WatchState.objects.get(name="pods").relists == 1
+    assert_no_drift()
+
+
 def test_a_leader_that_loses_its_lease_stops_watching_and_stands_by(
     api, server, tmp_path, caplog
 ):
-    """T36: renewal fails past the deadline: the watch stops, the replica waits."""
-    elector = watching.LeaderElector(
+    """Renewal fails past the deadline: the watch stops and the replica waits."""
+    elector = LeaderElector(
         api, "lease", NS, "me", duration=2, renew_deadline=0.6, retry_period=0.2
     )
-    watcher = watching.Watcher(
+    watcher = Watcher(
         api,
         options=options(),
-        heartbeat=watching.Heartbeat(tmp_path / "hb"),
+        heartbeat=Heartbeat(tmp_path / "hb"),
         watch_nodes=False,
         elector=elector,
     )
     thread = threading.Thread(target=_run_and_close, args=(watcher,), daemon=True)
-    with caplog.at_level(logging.INFO, logger="history.watching"):
+    with caplog.at_level(logging.INFO, logger="history.watcher"):
         thread.start()
         assert _wait(lambda: server.watch_requests("pods"))
         assert WatchState.objects.get(name="pods").holder == "me"

@@ -11,8 +11,8 @@ from django.core.management import call_command
 from django.test import override_settings
 from django.utils import timezone
 
-from history.heartbeat import default_max_age
 from history.models import WatchState
+from history.watcher.heartbeat import default_max_age
 from tests.fakeapi import FakeApiServer, make_node, make_pod
 from tests.soak_watch import write_kubeconfig
 

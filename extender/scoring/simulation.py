@@ -20,11 +20,11 @@ The model, in brief:
   (NodeResourcesFit, weight 1) and the best wins, ties broken at random. A pod that
   fits nowhere waits in a FIFO queue until a pod finishes.
 
-The strategies are the real ones: `seed_scores` and `warm_scores` from
-`extender.scoring`, fed from in-memory state kept exactly as the database keeps it
-(`history.services.accumulate_decayed` mirrors the upsert; rows last placed before
-a node replacement are dropped as `key_node_history` drops them). "none" models
-kube-scheduler without the extender.
+The strategies are the real ones (`extender.scoring.strategies`), reading from an
+in-memory store kept exactly as the database keeps it
+(`history.reader.memory.MemoryHistory` mirrors the ledger's upsert; node
+replacements count as they do for the database). "none" models kube-scheduler
+without the extender.
 
 Everything is deterministic for a given seed: the workload is drawn first from one
 random stream, and every strategy replays it with its own identically seeded
@@ -38,10 +38,12 @@ import math
 import random
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from extender.scoring.rules import WarmRules
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.labels import split_pipeline_label
+from history.models import Placement
 from history.reader.memory import MemoryHistory
 
 STRATEGY_NAMES = ("none", "seed", "warm")
@@ -186,8 +188,6 @@ def ledger_workload(scenario: Scenario) -> tuple[Workload, int]:
     still running); the recorded time is taken as the warm run time. Node
     replacements are not replayed. Pods without pipeline segments are skipped.
     """
-    from history.models import Placement
-
     pods = []
     nodes = set()
     start = None
@@ -260,7 +260,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
     saved = 0.0
     next_start = 0
 
-    events: list[tuple[float, int, str, object]] = []
+    events: list[tuple[float, int, str, Any]] = []
     sequence = 0
     for pod in workload.pods:
         events.append((pod.arrived, sequence, "arrive", pod))
@@ -271,7 +271,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
     heapq.heapify(events)
     pending: list[Pod] = []
 
-    scorer = None
+    scorer: SeedStrategy | WarmStrategy | None = None
     if strategy == "seed":
         scorer = SeedStrategy(reader=history)
     elif strategy == "warm":

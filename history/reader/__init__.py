@@ -1,7 +1,8 @@
 """One read model for pipeline history, one reader per store.
 
-`history_reader()` gives the reader for this thread's database connection: on
-SQLite the per-thread cache (`sqlite_cache`), elsewhere the plain queries (`sql`).
+`history_reader()` gives the reader for this thread's database connection: the
+per-thread cache of its store (`sqlite_cache`, `postgres_cache`, both built on
+`cache`), or the plain statement (`sql`) when KSSCHED_HISTORY_CACHE is off.
 `memory` holds an in-memory store for the simulator and tests.
 """
 
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import threading
 
+from django.conf import settings
 from django.db import connection
 
+from history.reader.cache import CachedReader
 from history.reader.model import (
     NO_POLICIES,
     HistoryReader,
@@ -20,6 +23,7 @@ from history.reader.model import (
     empty_history,
     rows_that_count,
 )
+from history.reader.postgres_cache import PostgresCacheReader
 from history.reader.sql import SqlReader
 from history.reader.sqlite_cache import SqliteCacheReader
 
@@ -41,9 +45,15 @@ _CACHES = threading.local()
 def history_reader() -> HistoryReader:
     """The reader for this thread's database connection (Django's connections are
     per thread, and so are the SQLite caches)."""
-    if connection.vendor != "sqlite":
+    if not settings.KSSCHED_HISTORY_CACHE:
         return _SQL
-    cache = getattr(_CACHES, "cache", None)
+    cache: CachedReader | None = getattr(_CACHES, connection.vendor, None)
     if cache is None:
-        cache = _CACHES.cache = SqliteCacheReader()
+        if connection.vendor == "sqlite":
+            cache = SqliteCacheReader()
+        elif connection.vendor == "postgresql":
+            cache = PostgresCacheReader()
+        else:
+            return _SQL
+        setattr(_CACHES, connection.vendor, cache)
     return cache

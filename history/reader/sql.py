@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import orjson
+import psycopg
 from django.db import connection
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
 from history.reader.model import LabelHistory, Policies
@@ -31,11 +33,12 @@ class SqlReader:
             return LabelHistory(
                 keys=tuple(keys), rows={}, replaced={}, active={}, busy={}
             )
+        node_params: list[str | list[str]] = []
         if nodes is None:
-            condition, node_params = "1 = 1", []
+            condition = "1 = 1"
         else:
             condition, param = nodes_condition("node", nodes)
-            node_params = [param]
+            node_params.append(param)
         marks = ", ".join(["%s"] * len(unique))
         text, number, real = (
             "CAST(NULL AS TEXT)",
@@ -61,9 +64,7 @@ class SqlReader:
             f"UNION ALL SELECT 4, key, node, action, {number}, {real}, {real} "
             f"FROM {NodePolicy._meta.db_table} WHERE key IN ({marks})"
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [*unique, *node_params, label, *unique, *unique])
-            found = cursor.fetchall()
+        found = fetch_all(sql, [*unique, *node_params, label, *unique, *unique])
         rows: dict[str, list[Row]] = {}
         replaced: dict[str, float] = {}
         active: dict[str, int] = {}
@@ -97,7 +98,24 @@ class SqlReader:
         )
 
 
-def nodes_condition(column: str, nodes: Sequence[str]) -> tuple[str, object]:
+def fetch_all(sql: str, params: list) -> list[tuple]:
+    """Run one statement and return its rows. On PostgreSQL the parameters are
+    bound on the server (a node list is one array parameter, not kilobytes of SQL
+    text, and a statement run often is prepared once per connection)."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    connection.ensure_connection()
+    # Django's own wrappers: errors become Django's, and the query is logged where
+    # Django logs queries.
+    wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
+    with wrapper(psycopg.Cursor(connection.connection), connection) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def nodes_condition(column: str, nodes: Sequence[str]) -> tuple[str, str | list[str]]:
     """A `column IN nodes` condition with one parameter, whatever the node count."""
     if connection.vendor == "postgresql":
         return f"{column} = ANY(%s)", list(nodes)

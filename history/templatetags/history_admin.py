@@ -1,6 +1,6 @@
 """Template tags for the admin: the history overview on the admin index."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django import template
 from django.conf import settings
@@ -9,8 +9,8 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from history import queries
-from history.heartbeat import default_max_age
 from history.models import KeyNode, NodeRecord, Placement, WatchState
+from history.watcher.heartbeat import default_max_age
 
 register = template.Library()
 
@@ -58,8 +58,12 @@ def watcher_status(now: datetime) -> dict:
             {
                 "name": name,
                 "reported": state is not None,
-                "last_event_age": age_seconds(state and state.last_event_at, now),
-                "heartbeat_age": age_seconds(state and state.heartbeat_at, now),
+                "last_event_age": age_seconds(
+                    state.last_event_at if state else None, now
+                ),
+                "heartbeat_age": age_seconds(
+                    state.heartbeat_at if state else None, now
+                ),
                 "relists": state.relists if state else 0,
                 "events": state.events if state else 0,
                 "recorded": recorded.get(name),
@@ -137,6 +141,20 @@ def age(seconds: int | None) -> str:
         if seconds >= size:
             return f"{seconds // size} {unit} ago"
     return f"{seconds} s ago"
+
+
+@register.filter
+def duration(span: timedelta | None) -> str:
+    """timedelta(minutes=15) → "15 min", timedelta(hours=2) → "2 h"; None → ""."""
+    if span is None:
+        return ""
+    seconds = int(span.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds} s"
 
 
 # ks-scheduler's own apps, listed before Django's and DRF's on the admin index.

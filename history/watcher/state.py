@@ -11,6 +11,10 @@ from django.utils import timezone
 
 from history.models import NodeRecord, WatchState
 
+# The WatchState rows, one per stream.
+PODS = "pods"
+NODES = "nodes"
+
 
 def save_watch_state(
     *,
@@ -19,14 +23,15 @@ def save_watch_state(
     events: int = 0,
     relisted: bool = False,
     holder: str | None = None,
+    skipped: str = "",
     now: datetime | None = None,
 ) -> None:
     """Record progress of watch stream `name` ('pods' or 'nodes').
 
     Call inside the transaction that holds the effects of the events, so the resume
     resourceVersion never runs ahead of what is committed. `events` adds to the
-    event total (and sets last_event_at), `relisted` adds one relist; heartbeat_at is
-    always set.
+    event total (and sets last_event_at), `relisted` adds one relist, `skipped`
+    (what was dropped) adds one skipped event; heartbeat_at is always set.
     """
     now = now or timezone.now()
     changes: dict = {"heartbeat_at": now, "updated": now}
@@ -39,6 +44,10 @@ def save_watch_state(
         changes["relists"] = F("relists") + 1
     if holder is not None:
         changes["holder"] = holder
+    if skipped:
+        changes["skipped_events"] = F("skipped_events") + 1
+        changes["last_skipped"] = skipped[:500]
+        changes["last_skipped_at"] = now
     # One UPDATE on the hot path; the row is created the first time only.
     if not WatchState.objects.filter(name=name).update(**changes):
         WatchState.objects.get_or_create(name=name)

@@ -1,10 +1,13 @@
 """`make bench`: the extender under gunicorn, side by side with the floor.
 
-    python -m tests.bench.run [--quick] [--out bench-results/latest.json]
+    python -m tests.bench.run [--quick] [--backends sqlite,postgres]
+                              [--out bench-results/latest.json]
 
-Starts two servers on loopback ports, both with kssched/gunicorn_conf.py: ks-scheduler
-itself (against a fresh database holding 100 000 KeyNode rows, SQLite by default or
-DATABASE_URL when set) and the floor app (tests/bench/floor.py). For filter and
+Starts servers on loopback ports, all with kssched/gunicorn_conf.py: ks-scheduler
+itself (against a fresh database holding 100 000 KeyNode rows: SQLite by default,
+DATABASE_URL when set; `--backends sqlite,postgres` runs both, the PostgreSQL one
+on DATABASE_URL, and prints them side by side) and the floor app
+(tests/bench/floor.py). For filter and
 prioritize, at 100, 1000 and 5000 nodes, with node names and with full Node objects,
 it measures:
 
@@ -259,8 +262,21 @@ def server_env(workdir: Path) -> dict:
 
 
 def prepare_database(env: dict) -> str:
-    """Migrate a fresh database and load the benchmark history; return its vendor."""
-    os.environ.update(env)
+    """Migrate a fresh database and load the benchmark history, in a subprocess
+    (one Django set-up per backend); return its vendor."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.bench.run", "--prepare"],
+        env=env,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return result.stdout.strip().splitlines()[-1]
+
+
+def prepare_here() -> str:
+    """`prepare_database` inside this process, from its environment."""
     os.environ["DJANGO_SETTINGS_MODULE"] = "kssched.settings"
     import django
 
@@ -387,26 +403,9 @@ def table(cases: list[Case]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="few iterations")
-    parser.add_argument("--out", default=str(REPO / "bench-results" / "latest.json"))
-    parser.add_argument(
-        "--only", default="", help="comma list of case filters, e.g. prioritize:names"
-    )
-    options = parser.parse_args(argv)
-
-    workdir = Path(tempfile.mkdtemp(prefix="kssched-bench-"))
-    env = server_env(workdir)
-    started = time.monotonic()
-    print(f"Loading {data.KEYNODE_ROWS} KeyNode rows ...", flush=True)
-    vendor = prepare_database(env)
-    app, app_port = start_gunicorn("kssched.wsgi", env, workdir / "app.log")
-    floor_env = {k: v for k, v in env.items() if k != "DATABASE_URL"}
-    floor_env["PROMETHEUS_MULTIPROC_DIR"] = str(workdir / "prometheus-floor")
-    floor, floor_port = start_gunicorn(
-        "tests.bench.floor:application", floor_env, workdir / "floor.log"
-    )
+def run_backend(env: dict, log_path: Path, options, floor_port: int) -> list[Case]:
+    """Every case against one ks-scheduler server on `env`'s database."""
+    app, app_port = start_gunicorn("kssched.wsgi", env, log_path)
     cases: list[Case] = []
     try:
         for mode in ("names", "nodes"):
@@ -434,31 +433,130 @@ def main(argv: list[str] | None = None) -> int:
                 del body
     finally:
         stop(app)
+    return cases
+
+
+# PostgreSQL beside SQLite in one run: p50 at most this multiple of SQLite's.
+POSTGRES_OVER_SQLITE = 1.3
+
+
+def side_by_side(results: dict[str, list[Case]]) -> tuple[str, int, int]:
+    """SQLite and PostgreSQL per case, with the floor; (table, met, targets)."""
+    sqlite = {(c.verb, c.mode, c.nodes): c for c in results["sqlite"]}
+    header = (
+        f"{'verb':<10} {'mode':<5} {'nodes':>5} | {'floor':>7} | {'sqlite':>7} "
+        f"{'p99':>7} | {'pg p50':>7} {'p99':>7} {'p99/50':>6} | {'pg/sqlite':>9} | "
+        f"target"
+    )
+    lines = [header, "-" * len(header)]
+    met = targets = 0
+    for c in results["postgresql"]:
+        s = sqlite.get((c.verb, c.mode, c.nodes))
+        if s is None:
+            continue
+        ratio = c.app.p50 / s.app.p50
+        verdict = "-"
+        if c.verb == "prioritize" and c.mode == "names":
+            targets += 1
+            ok = ratio <= POSTGRES_OVER_SQLITE and c.checks["p99_target_met"]
+            met += ok
+            verdict = f"<={POSTGRES_OVER_SQLITE}x sqlite " + ("met" if ok else "MISSED")
+        elif c.target is not None:
+            targets += 1
+            met += bool(c.checks["p50_target_met"])
+            verdict = f"<={c.target}x floor " + (
+                "met" if c.checks["p50_target_met"] else "MISSED"
+            )
+        lines.append(
+            f"{c.verb:<10} {c.mode:<5} {c.nodes:>5} | {fmt_ms(c.floor.p50):>7} | "
+            f"{fmt_ms(s.app.p50):>7} {fmt_ms(s.app.p99):>7} | "
+            f"{fmt_ms(c.app.p50):>7} {fmt_ms(c.app.p99):>7} "
+            f"{c.app.p99 / c.app.p50:>6.2f} | {ratio:>9.2f} | {verdict}"
+        )
+    return "\n".join(lines), met, targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="few iterations")
+    parser.add_argument("--out", default=str(REPO / "bench-results" / "latest.json"))
+    parser.add_argument(
+        "--only", default="", help="comma list of case filters, e.g. prioritize:names"
+    )
+    parser.add_argument(
+        "--backends",
+        default="",
+        help="sqlite,postgres: both in one run (PostgreSQL from DATABASE_URL)",
+    )
+    parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.prepare:
+        print(prepare_here())
+        return 0
+
+    workdir = Path(tempfile.mkdtemp(prefix="kssched-bench-"))
+    env = server_env(workdir)
+    backends = [b.strip() for b in options.backends.split(",") if b.strip()]
+    if backends and "postgres" in backends and not env.get("DATABASE_URL"):
+        print("--backends postgres needs DATABASE_URL=postgres://...", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    floor_env = {k: v for k, v in env.items() if k != "DATABASE_URL"}
+    floor_env["PROMETHEUS_MULTIPROC_DIR"] = str(workdir / "prometheus-floor")
+    floor, floor_port = start_gunicorn(
+        "tests.bench.floor:application", floor_env, workdir / "floor.log"
+    )
+    runs: list[dict] = []
+    for backend in backends:
+        backend_env = dict(env)
+        if backend == "sqlite":
+            backend_env.pop("DATABASE_URL", None)
+        backend_env["DATA_PATH"] = str(workdir / f"{backend}.db")
+        backend_env["PROMETHEUS_MULTIPROC_DIR"] = str(workdir / f"prom-{backend}")
+        runs.append(backend_env)
+    results: dict[str, list[Case]] = {}
+    try:
+        for backend_env in runs or [env]:
+            print(f"Loading {data.KEYNODE_ROWS} KeyNode rows ...", flush=True)
+            vendor = prepare_database(backend_env)
+            print(f"Measuring on {vendor} ...", flush=True)
+            results[vendor] = run_backend(
+                backend_env, workdir / f"app-{vendor}.log", options, floor_port
+            )
+    finally:
         stop(floor)
 
     info = machine()
-    info["database"] = vendor
+    info["database"] = ",".join(results)
     info["scoring"] = env.get("KSSCHED_SCORING") or "default (KSSCHED_SCORING unset)"
     info["workers"] = int(env.get("WEB_CONCURRENCY", "0")) or "gunicorn_conf default"
-    text = table(cases)
-    print()
-    print(
-        f"ks-scheduler bench: {info['nproc']} x {info['cpu']}, "
-        f"Python {info['python']}, "
-        f"{vendor} ({data.KEYNODE_ROWS} KeyNode rows), scoring {info['scoring']}, "
-        f"serial p50 over one connection "
-        f"at a time, throughput at concurrency {CONCURRENCY}; ratio = ks-scheduler / "
-        f"floor (bare orjson WSGI app, same gunicorn config)"
-    )
-    print(text)
-    targets = [c for c in cases if c.target is not None]
-    met = sum(1 for c in targets if c.checks["p50_target_met"])
-    p99_met = sum(1 for c in cases if c.checks["p99_target_met"])
-    print(
-        f"\np50 targets met: {met}/{len(targets)}; "
-        f"p99 <= {P99_OVER_P50}x p50: {p99_met}/{len(cases)}; "
-        f"took {time.monotonic() - started:.0f} s"
-    )
+    texts = {}
+    for vendor, cases in results.items():
+        texts[vendor] = table(cases)
+        print()
+        print(
+            f"ks-scheduler bench: {info['nproc']} x {info['cpu']}, "
+            f"Python {info['python']}, "
+            f"{vendor} ({data.KEYNODE_ROWS} KeyNode rows), scoring "
+            f"{info['scoring']}, serial p50 over one connection at a time, "
+            f"throughput at concurrency {CONCURRENCY}; ratio = ks-scheduler / "
+            f"floor (bare orjson WSGI app, same gunicorn config)"
+        )
+        print(texts[vendor])
+        targets = [c for c in cases if c.target is not None]
+        met = sum(1 for c in targets if c.checks["p50_target_met"])
+        p99_met = sum(1 for c in cases if c.checks["p99_target_met"])
+        print(
+            f"\np50 targets met: {met}/{len(targets)}; "
+            f"p99 <= {P99_OVER_P50}x p50: {p99_met}/{len(cases)}"
+        )
+    if {"sqlite", "postgresql"} <= results.keys():
+        text, met, targets = side_by_side(results)
+        texts["side_by_side"] = text
+        print("\nPostgreSQL beside SQLite (p50/p99 in ms):")
+        print(text)
+        print(f"\nPostgreSQL targets met: {met}/{targets}")
+    print(f"took {time.monotonic() - started:.0f} s")
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(
@@ -468,8 +566,11 @@ def main(argv: list[str] | None = None) -> int:
                 "concurrency": CONCURRENCY,
                 "keynode_rows": data.KEYNODE_ROWS,
                 "label": data.PIPELINE_LABEL,
-                "cases": [asdict(c) for c in cases],
-                "table": text,
+                "cases": {
+                    vendor: [asdict(c) for c in cases]
+                    for vendor, cases in results.items()
+                },
+                "tables": texts,
             },
             option=orjson.OPT_INDENT_2,
         )

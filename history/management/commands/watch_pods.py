@@ -2,12 +2,14 @@
 
 The process lifecycle only: options, signals, metrics endpoint, leader election and
 exit status. The loop itself (list, watch from the saved resourceVersion, relist on
-410, back off on faults, one transaction per event) is `history.watching`.
+410, back off on faults, one transaction per event) is `history.watcher.loop`, the
+rule for when a pod counts `history.watcher.pods.decide`.
 
 Exit status: 0 after SIGTERM/SIGINT, `--once` or `--max-events`; 1 when the cluster
 configuration is unusable or the database schema is missing.
 """
 
+import logging
 import os
 import signal
 import socket
@@ -16,7 +18,14 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from history import kube, metrics, watching
+from history.exceptions import KubeConfigError, WatcherFatalError
+from history.watcher import kube, metrics
+from history.watcher.heartbeat import Heartbeat
+from history.watcher.lease import LeaderElector
+from history.watcher.options import Options
+from history.watcher.process import Watcher
+
+logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -49,7 +58,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--once",
             action="store_true",
-            help="One pass: list (or resume) and one watch request, then stop.",
+            help="One pass: list (or resume from the checkpoint), take the events "
+            "the API server has already queued (a 1 s watch), then stop.",
         )
         parser.add_argument(
             "--no-nodes",
@@ -67,14 +77,14 @@ class Command(BaseCommand):
             client = kube.api_client(
                 kubeconfig=options["kubeconfig"], context=options["context"]
             )
-        except kube.KubeConfigError as exc:
+        except KubeConfigError as exc:
             raise CommandError(str(exc)) from exc
         api = kube.KubeApi(
             client,
             connect_timeout=settings.KSSCHED_WATCH_CONNECT_TIMEOUT,
             read_timeout=settings.KSSCHED_WATCH_READ_TIMEOUT,
         )
-        watch_options = watching.Options.from_settings(
+        watch_options = Options.from_settings(
             namespace=options["namespace"],
             count_when=options["count_when"],
             max_events=options["max_events"],
@@ -84,7 +94,7 @@ class Command(BaseCommand):
             namespace = os.environ.get("POD_NAMESPACE")
             if not namespace:
                 raise CommandError("--leader-elect needs POD_NAMESPACE to be set.")
-            elector = watching.LeaderElector(
+            elector = LeaderElector(
                 api,
                 name=settings.KSSCHED_LEASE_NAME,
                 namespace=namespace,
@@ -93,10 +103,10 @@ class Command(BaseCommand):
                 renew_deadline=settings.KSSCHED_LEASE_RENEW_DEADLINE,
                 retry_period=settings.KSSCHED_LEASE_RETRY_PERIOD,
             )
-        watcher = watching.Watcher(
+        watcher = Watcher(
             api,
             options=watch_options,
-            heartbeat=watching.Heartbeat(settings.KSSCHED_HEARTBEAT_PATH),
+            heartbeat=Heartbeat(settings.KSSCHED_HEARTBEAT_PATH),
             watch_nodes=settings.KSSCHED_WATCH_NODES and not options["no_nodes"],
             elector=elector,
             once=options["once"],
@@ -105,7 +115,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, watcher.request_shutdown)
         signal.signal(signal.SIGINT, watcher.request_shutdown)
         metrics.serve(settings.KSSCHED_WATCHER_METRICS_PORT)
-        watching.logger.info(
+        logger.info(
             "Watching %s pods of scheduler %s with label %s (count when %s)",
             options["namespace"] or "all",
             watch_options.scheduler_name,
@@ -114,6 +124,6 @@ class Command(BaseCommand):
         )
         try:
             watcher.run()
-        except watching.FatalError as exc:
+        except WatcherFatalError as exc:
             raise CommandError(str(exc)) from exc
-        watching.logger.info("Stopped")
+        logger.info("Stopped")

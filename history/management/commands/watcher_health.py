@@ -4,14 +4,24 @@ Exits 0 when the heartbeat file was touched within --max-age seconds, 1 when it
 is older or missing. The watcher touches it on every event, bookmark, reconnect
 attempt and backoff tick (and while standing by for the lease), so a watch that is
 stuck fails the probe even though the process is alive.
+
+A healthy answer also names the events the watcher skipped because they could not
+be written (from WatchState); they do not fail the probe, since a restart would not
+bring them back.
 """
 
 import sys
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.db import DatabaseError, connection
 
-from history.heartbeat import default_max_age, heartbeat_age
+from history.models import WatchState
+from history.watcher.heartbeat import default_max_age, heartbeat_age
+
+# Seconds a PostgreSQL connection may take before the skipped events are left out,
+# well inside the probe's timeout.
+CONNECT_TIMEOUT = 3
 
 
 class Command(BaseCommand):
@@ -43,4 +53,24 @@ class Command(BaseCommand):
                 f"unhealthy: heartbeat {age:.0f} s old (limit {max_age:.0f} s)"
             )
             sys.exit(1)
-        self.stdout.write(f"ok: heartbeat {age:.1f} s old")
+        self.stdout.write(f"ok: heartbeat {age:.1f} s old{_skipped_events()}")
+
+
+def _skipped_events() -> str:
+    """Per stream "; pods: N events skipped, last: ...", or "" when none."""
+    if connection.vendor == "postgresql":
+        connection.settings_dict["OPTIONS"].setdefault(
+            "connect_timeout", CONNECT_TIMEOUT
+        )
+    try:
+        rows = list(
+            WatchState.objects.filter(skipped_events__gt=0).values_list(
+                "name", "skipped_events", "last_skipped"
+            )
+        )
+    except DatabaseError as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return f"; skipped events unknown ({first_line})"
+    return "".join(
+        f"; {name}: {count} events skipped, last: {last}" for name, count, last in rows
+    )

@@ -26,16 +26,12 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from history.exceptions import KubeConfigError
+
 logger = logging.getLogger(__name__)
 
 GONE = "gone"
 RETRY = "retry"
-
-RESOURCES = ("pods", "nodes")
-
-
-class KubeConfigError(Exception):
-    """No usable cluster configuration (not in a cluster, no kubeconfig)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +76,9 @@ def api_client(
 def _finish(configuration: client.Configuration) -> client.ApiClient:
     # TCP keepalive finds dead peers even between reads (kubernetes >= 37).
     configuration.keep_alive = True
+    # No quick retries inside urllib3 (three by default, each logging a WARNING):
+    # the watch loop backs off and retries, and logs each failed attempt once.
+    configuration.retries = 0
     return client.ApiClient(configuration)
 
 
@@ -94,8 +93,9 @@ class KubeApi:
         read_timeout: float = 120.0,
     ) -> None:
         self.api = api
-        self.core = client.CoreV1Api(api)
-        self.coordination = client.CoordinationV1Api(api)
+        # Called with _preload_content=False and plain dicts: typed as Any.
+        self.core: Any = client.CoreV1Api(api)
+        self.coordination: Any = client.CoordinationV1Api(api)
         self.request_timeout = (connect_timeout, read_timeout)
 
     # ---- list and watch
@@ -125,7 +125,7 @@ class KubeApi:
         token = None
         resource_version = ""
         while True:
-            extra = {"_continue": token} if token else {}
+            extra: dict[str, str] = {"_continue": token} if token else {}
             response = func(
                 **kwargs,
                 **extra,
@@ -255,7 +255,12 @@ def classify(exc: BaseException) -> Failure | None:
     if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
         return Failure(RETRY, "read_timeout", str(exc))
     if isinstance(exc, urllib3.exceptions.MaxRetryError):
-        return Failure(RETRY, "unreachable", str(exc))
+        # The request failed on its first try (no client retries); say why, not
+        # the whole URL with its query.
+        reason = exc.reason or exc
+        if isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+            return Failure(RETRY, "read_timeout", str(reason))
+        return Failure(RETRY, "unreachable", str(reason))
     if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
         return Failure(RETRY, "dropped", str(exc))
     if isinstance(exc, OSError):

@@ -47,6 +47,13 @@ try:
         ["reason"],
         registry=REGISTRY,
     )
+    EVENTS_SKIPPED = Counter(
+        "watch_events_skipped",
+        "Events (and list items) dropped after a data error on every attempt, by "
+        "stream.",
+        ["stream"],
+        registry=REGISTRY,
+    )
     DB_RETRIES = Counter(
         "db_retries",
         "Database transactions retried after an error.",

@@ -1,0 +1,171 @@
+"""The PostgreSQL worker's cache: it follows a change log read against snapshots.
+
+Triggers (migration 0005) log every change to the tables scoring reads, in the
+writing transaction, with that transaction's id: a KeyNode row change logs its
+(key, node), a statement on the ledger, the policies or the node records logs one
+"other" row, a TRUNCATE logs "start over". Whatever writes (the admin, the
+watcher, a management command, raw SQL), the log is written.
+
+Each worker remembers the snapshot of its last look. Per call it runs one
+statement that returns the current snapshot (`pg_current_snapshot()`) together
+with the log rows its previous snapshot did not see (`NOT pg_visible_in_snapshot`,
+from that snapshot's xmin on, which the index on `xid` serves).
+
+Why nothing is missed, whatever the commit order of concurrent writers: the
+snapshot and the rows come from one statement, so they describe the same state.
+A log row is visible to a statement exactly when its transaction committed before
+that statement's snapshot. So every committed log row is "new" in exactly one look
+of each worker: the first whose snapshot sees it; a transaction that took an early
+id but commits late is in the previous snapshot's in-progress list and is found
+when it commits. Rows loaded afterwards are read by later statements, which see at
+least as much; re-reading a pair twice is harmless.
+
+Start over (forget everything, keep only the new snapshot) when:
+- the log was pruned past what this worker still needs (its previous snapshot's
+  xmin is below the horizon) — a worker idle for longer than the retention;
+- the database is not the one it was (another cluster's `system_identifier` or
+  another database's oid: a restore, a copy, a failover to another cluster), or
+  its transaction ids went backwards (a point-in-time restore);
+- a TRUNCATE was logged, or more changes arrived than `MAX_SYNC_PAIRS`.
+
+The check runs on the driver's connection, without Django's per-request health
+check round trip; a broken connection is reopened once and the call retried. The
+cache itself survives a reconnect: its watermark is the database's, not the
+connection's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+from django.db import connection
+from django.db.utils import Error as DjangoDatabaseError
+
+from history.reader.cache import MAX_SYNC_PAIRS, CachedReader
+
+logger = logging.getLogger(__name__)
+
+CHANGE_TABLE = "history_change"
+HORIZON_TABLE = "history_change_horizon"
+# Log rows older than this may be pruned; a worker that has not looked for longer
+# starts over. Pruning runs at most once per PRUNE_EVERY seconds per worker.
+RETENTION_SECONDS = 300
+PRUNE_EVERY = 60.0
+
+# Prepared once per connection: planning it would cost more than running it.
+_LOOK = (
+    f"SELECT CAST(s AS TEXT), CAST(h.horizon AS TEXT), c.kind, c.key, c.node "
+    f"FROM pg_current_snapshot() AS s "
+    f"CROSS JOIN {HORIZON_TABLE} AS h "
+    f"LEFT JOIN LATERAL (SELECT kind, key, node FROM {CHANGE_TABLE} "
+    f"WHERE xid >= pg_snapshot_xmin(CAST(%s AS pg_snapshot)) "
+    f"AND NOT pg_visible_in_snapshot(xid, CAST(%s AS pg_snapshot)) "
+    f"LIMIT %s) AS c ON TRUE"
+)
+# Which database a connection talks to: the cluster and the database in it.
+_IDENTITY = (
+    "SELECT CONCAT(sys.system_identifier, '/', d.oid) "
+    "FROM pg_control_system() AS sys, pg_database AS d "
+    "WHERE d.datname = current_database()"
+)
+
+_PRUNE = (
+    f"WITH h AS (SELECT pending FROM {HORIZON_TABLE} WHERE id = 1 "
+    f"AND pending_at < clock_timestamp() - make_interval(secs => %s) "
+    f"FOR UPDATE SKIP LOCKED), "
+    f"gone AS (DELETE FROM {CHANGE_TABLE} WHERE xid < (SELECT pending FROM h)) "
+    f"UPDATE {HORIZON_TABLE} SET horizon = h.pending, "
+    f"pending = pg_snapshot_xmin(pg_current_snapshot()), "
+    f"pending_at = clock_timestamp() FROM h WHERE {HORIZON_TABLE}.id = 1"
+)
+
+
+def _xmin(snapshot: str) -> int:
+    return int(snapshot.split(":", 1)[0])
+
+
+def _xmax(snapshot: str) -> int:
+    return int(snapshot.split(":", 2)[1])
+
+
+class PostgresCacheReader(CachedReader):
+    """The cache of one worker thread on PostgreSQL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # How often this cache started over (for tests and the logs).
+        self.starts = 0
+        # The driver connection last used, and the database it reaches.
+        self.raw: object | None = None
+        self.identity: str | None = None
+        self.pruned_at = time.monotonic()
+
+    def clear(self) -> None:
+        super().clear()
+        self.snapshot: str | None = None
+        self.system: str | None = None
+
+    def sync(self) -> None:
+        try:
+            rows = self._look()
+        except DjangoDatabaseError:
+            # A connection that broke while idle: reopen it once.
+            connection.close()
+            rows = self._look()
+        snapshot, horizon, *_ = rows[0]
+        system = self.identity
+        previous = self.snapshot
+        if previous is not None and (
+            system != self.system
+            or _xmax(snapshot) < _xmax(previous)
+            or _xmin(previous) < int(horizon)
+            or len(rows) > MAX_SYNC_PAIRS
+            or any(row[2] == 2 for row in rows)
+        ):
+            logger.info("History cache starts over (database changed or log pruned)")
+            previous = None
+        if previous is None:
+            self.clear()
+            self.starts += 1
+        else:
+            pairs: dict[str, set[str]] = {}
+            for _, _, kind, key, node in rows:
+                if kind == 0:
+                    if self.is_cached(key):
+                        pairs.setdefault(key, set()).add(node)
+                elif kind == 1:
+                    self.extra_changed()
+            self.changed(pairs)
+        self.snapshot, self.system = snapshot, system
+        if time.monotonic() - self.pruned_at > PRUNE_EVERY:
+            self.pruned_at = time.monotonic()
+            self._prune()
+
+    def _look(self) -> list[tuple]:
+        """The current snapshot and the log rows the previous one did not see."""
+        connection.ensure_connection()
+        raw = connection.connection
+        with connection.wrap_database_errors:
+            if raw is not self.raw:
+                # A new connection may reach another database: ask which.
+                with psycopg.Cursor(raw) as cursor:
+                    cursor.execute(_IDENTITY)
+                    row = cursor.fetchone()
+                self.raw, self.identity = raw, row[0] if row else None
+            with psycopg.Cursor(raw) as cursor:
+                cursor.execute(
+                    _LOOK,
+                    [self.snapshot, self.snapshot, MAX_SYNC_PAIRS + 1],
+                    prepare=True,
+                )
+                return cursor.fetchall()
+
+    def _prune(self) -> None:
+        """Drop log rows no worker that looked within the retention still needs."""
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(_PRUNE, [RETENTION_SECONDS])
+        except DjangoDatabaseError as exc:
+            logger.warning("Could not prune the history change log: %s", exc)

@@ -1,0 +1,177 @@
+"""Pipeline pods: when a pod state counts (`decide`), and writing what it means.
+
+`decide` is a pure function of one pod object (a plain dict, as the API server sent
+it) and the options: record a placement, finish one, ignore the pod, or reject an
+object that is not a readable pod. `PodHandler` gives the list/watch loop its
+selectors and writes decisions through `history.ledger`; every placement is keyed
+on the pod UID, so writing a decision twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from history import labels, ledger
+from history.watcher import kube, metrics
+from history.watcher.handler import RECEIVED, RELISTING, Selectors, Step
+from history.watcher.options import Options
+from history.watcher.state import PODS
+
+logger = logging.getLogger(__name__)
+
+RECORD = "record"
+FINISH = "finish"
+IGNORE = "ignore"
+INVALID = "invalid"
+
+# What writing a decision did (the watcher's placement metrics count these).
+RECORDED = "recorded"
+DUPLICATE = "duplicate"
+IGNORED = "ignored"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The fields of a placement to record (the ledger's `record_placement`)."""
+
+    pod_uid: str
+    namespace: str
+    name: str
+    label: str
+    node: str
+    bound_at: datetime | None
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one pod state means for the ledger.
+
+    `action` is RECORD (with `placement`; `finish` too when the pod has already
+    ended), FINISH (close the pod's ledger row, if it has one), IGNORE or INVALID
+    (with `reason`).
+    """
+
+    action: str
+    uid: str = ""
+    placement: Placement | None = None
+    finish: bool = False
+    reason: str = ""
+
+
+def decide(pod: Any, *, options: Options, event_type: str) -> Decision:
+    """Does this pod state count, and how? Pure: no database, no clock.
+
+    A pod counts when its schedulerName is ours, its pipeline label has at least one
+    segment and it is bound to a node (with `count_when="running"`: once it runs or
+    has succeeded). It ends when it succeeded or failed, or on a DELETED event that
+    still carries the label; a DELETED event without the label means the label was
+    removed while the pod keeps running.
+    """
+    meta, spec, status = (_mapping(pod, key) for key in ("metadata", "spec", "status"))
+    if meta is None or spec is None or status is None or not meta.get("uid"):
+        return Decision(INVALID, reason="no uid or spec")
+    uid = meta["uid"]
+    if spec.get("schedulerName") != options.scheduler_name:
+        return Decision(IGNORE, uid, reason="another scheduler")
+    label = _text((_mapping(meta, "labels") or {}).get(options.pipeline_label))
+    node = _text(spec.get("nodeName"))
+    phase = status.get("phase")
+    ended = bool(node) and (
+        phase in ("Succeeded", "Failed") or (event_type == "DELETED" and bool(label))
+    )
+    counts_now = options.count_when == "bound" or phase in ("Running", "Succeeded")
+    if label and node and counts_now and labels.split_pipeline_label(label):
+        placement = Placement(
+            pod_uid=uid,
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            label=label,
+            node=node,
+            bound_at=scheduled_at(status),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+        return Decision(RECORD, uid, placement=placement, finish=ended)
+    if ended:
+        return Decision(FINISH, uid, finish=True)
+    return Decision(IGNORE, uid, reason="not counted yet")
+
+
+def _mapping(obj: Any, key: str) -> dict[str, Any] | None:
+    """obj[key] when obj is a dict and the value is one (a missing value is {})."""
+    if not isinstance(obj, dict):
+        return None
+    value = obj.get(key)
+    if value is None:
+        return {}
+    return value if isinstance(value, dict) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def scheduled_at(status: dict[str, Any]) -> datetime | None:
+    """When the PodScheduled condition became True, if the pod says so."""
+    for condition in status.get("conditions") or []:
+        if (
+            isinstance(condition, dict)
+            and condition.get("type") == "PodScheduled"
+            and condition.get("status") == "True"
+        ):
+            return kube.parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
+class PodHandler:
+    """The pod stream's part of the loop: selectors, decisions, ledger writes."""
+
+    name = PODS
+    resource = "pods"
+    keeps_checkpoint = True
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.selectors = Selectors(
+            namespace=options.namespace,
+            label_selector=options.pipeline_label,
+            field_selector=f"spec.schedulerName={options.scheduler_name}",
+        )
+
+    def decide(self, type_: str, obj: dict[str, Any]) -> Decision:
+        decision = decide(obj, options=self.options, event_type=type_)
+        if decision.action == INVALID:
+            logger.warning("Skipping pod without uid or spec: %.300r", obj)
+        return decision
+
+    def write(self, decisions: list[Decision]) -> list[str]:
+        """Apply decisions (inside the caller's transaction); one outcome each."""
+        return [self._write_one(decision) for decision in decisions]
+
+    def _write_one(self, decision: Decision) -> str:
+        if decision.action == INVALID:
+            return INVALID
+        outcome = IGNORED
+        if decision.placement is not None:
+            created = ledger.record_placement(**vars(decision.placement))
+            outcome = RECORDED if created else DUPLICATE
+        if decision.finish:
+            ledger.finish_placement(pod_uid=decision.uid)
+        return outcome
+
+    def observe(self, step: Step) -> None:
+        """Feed the watcher's metrics; called once a step has committed."""
+        if step.kind == RECEIVED:
+            metrics.mark_event()
+        elif step.kind == RELISTING:
+            metrics.RELISTS.inc()
+        else:
+            metrics.WATCH_EVENTS.labels(step.kind).inc(step.number)
+        for outcome in step.outcomes:
+            if outcome == RECORDED:
+                metrics.PLACEMENTS_RECORDED.inc()
+            elif outcome == DUPLICATE:
+                metrics.PLACEMENTS_DUPLICATE.inc()

@@ -1,0 +1,321 @@
+"""The PostgreSQL history cache: exact whatever the commit order and whoever writes,
+and it starts over when it cannot be sure."""
+
+import http.client
+import http.cookiejar
+import re
+import threading
+import urllib.parse
+import urllib.request
+from datetime import timedelta
+
+import orjson
+import psycopg
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.utils import timezone
+
+from extender.scoring.strategies import SeedStrategy, WarmStrategy
+from history import audit, corrections, ledger
+from history.models import KeyNode, KeyPolicy, NodePolicy
+from history.reader import history_reader, postgres_cache
+from history.reader.postgres_cache import PostgresCacheReader
+from history.reader.sql import SqlReader
+from history.watcher.state import record_node_seen
+from tests.helpers import run_gunicorn
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+NODES = [f"n{i}" for i in range(12)]
+LABELS = ["ci-java-app", "ci-go", "ci-java"]
+
+
+def answers(reader, now=None):
+    """Every label's seed and warm scores and explanations through `reader`."""
+    now = now or timezone.now().timestamp()
+    found = []
+    for label in LABELS:
+        for strategy in (SeedStrategy(reader=reader), WarmStrategy(reader=reader)):
+            found.append(strategy.score(label=label, nodes=NODES, now=now))
+            found.append(strategy.explain(label=label, nodes=NODES, now=now))
+    return found
+
+
+def assert_exact(cache):
+    """The cache answers as the database does, right now."""
+    now = timezone.now().timestamp()
+    assert answers(cache, now) == answers(SqlReader(), now)
+
+
+def place(uid, label="ci-java-app", node="n1"):
+    ledger.record_placement(
+        pod_uid=uid, namespace="ci", name=uid, label=label, node=node
+    )
+
+
+def raw_connection() -> psycopg.Connection:
+    """A second session on the test database, outside Django."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params)
+
+
+def test_history_reader_is_the_postgres_cache():
+    assert isinstance(history_reader(), PostgresCacheReader)
+
+
+def test_a_transaction_that_commits_after_a_later_one_is_not_missed():
+    place("seed-1")
+    cache = PostgresCacheReader()
+    assert_exact(cache)
+    early, late = raw_connection(), raw_connection()
+    try:
+        # `early` takes its transaction id first, `late` a later one; `late`
+        # commits first, then the cache looks, then `early` commits.
+        early.execute(
+            "UPDATE history_keynode SET count = count + 40 "
+            "WHERE key = 'app' AND node = 'n1'"
+        )
+        late.execute(
+            "INSERT INTO history_keynode (key, node, count, decayed_weight, "
+            "decayed_at, created, updated) VALUES "
+            "('java', 'n2', 7, 7.0, 0, now(), now())"
+        )
+        late.commit()
+        assert_exact(cache)
+        early.commit()
+        assert_exact(cache)
+        assert any(
+            row["raw_count"] == 41 and row["node"] == "n1"
+            for row in WarmStrategy(reader=cache).explain(
+                label="ci-java-app", nodes=NODES
+            )
+        )
+    finally:
+        early.close()
+        late.close()
+
+
+def test_writes_from_every_path_reach_every_worker():
+    for i, label in enumerate(LABELS * 3):
+        place(f"p{i}", label, NODES[i % 5])
+    caches = [PostgresCacheReader(), PostgresCacheReader()]
+
+    def in_worker(cache):
+        """Check `cache` on its own thread and connection, as a worker would."""
+        errors = []
+
+        def run():
+            try:
+                assert_exact(cache)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        if errors:
+            raise errors[0]
+
+    def check():
+        for cache in caches:
+            in_worker(cache)
+
+    check()
+    rows = list(KeyNode.objects.order_by("pk"))
+    corrections.set_key_node_count(key_node=rows[0], count=90, actor="admin")
+    check()
+    corrections.halve_key_nodes(key_nodes=rows[1:4], actor="admin")
+    check()
+    corrections.delete_key_nodes(key_nodes=rows[4:6], actor="admin")
+    check()
+    place("watched", "ci-java-app", "n9")
+    check()
+    ledger.finish_placement(pod_uid="watched")
+    check()
+    audit.prune_placements(before=timezone.now() + timedelta(days=1))
+    check()
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE history_keynode SET count = 3 WHERE key = 'go'")
+    check()
+    KeyPolicy.objects.create(key="java", enabled=True, weight=2.0)
+    NodePolicy.objects.create(key="ci", node="n3", action="pin")
+    check()
+    record_node_seen(name="n1", uid="a")
+    record_node_seen(name="n1", uid="b")
+    check()
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE history_keypolicy")
+    check()
+
+
+def test_the_cache_survives_a_reconnect():
+    place("a")
+    cache = PostgresCacheReader()
+    assert_exact(cache)
+    connection.close()
+    place("b", node="n2")
+    assert_exact(cache)
+    # A session killed under the cache: the next look reconnects once.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    killer = raw_connection()
+    try:
+        killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        killer.close()
+    place_elsewhere = raw_connection()
+    try:
+        place_elsewhere.execute(
+            "UPDATE history_keynode SET count = count + 5 WHERE node = 'n2'"
+        )
+        place_elsewhere.commit()
+    finally:
+        place_elsewhere.close()
+    assert_exact(cache)
+    assert cache.starts == 1
+
+
+def test_a_worker_behind_the_pruned_log_starts_over(monkeypatch):
+    place("a")
+    stale, fresh = PostgresCacheReader(), PostgresCacheReader()
+    assert_exact(stale)
+    monkeypatch.setattr(postgres_cache, "RETENTION_SECONDS", 0)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM history_change")
+        written = cursor.fetchone()[0]
+        # Two prune rounds: the first records the pending horizon, the second
+        # moves the horizon past what `stale` still needs.
+        for round_ in range(2):
+            place(f"b{round_}", node="n3")
+            assert_exact(fresh)
+            fresh._prune()
+        cursor.execute(
+            "SELECT COUNT(*) FROM history_change AS c, history_change_horizon AS h "
+            "WHERE c.xid < h.horizon"
+        )
+        behind = cursor.fetchone()[0]
+        cursor.execute("SELECT COUNT(*) FROM history_change")
+        left = cursor.fetchone()[0]
+    assert behind == 0 and written > 0 and left < written + 8
+    starts = stale.starts
+    assert_exact(stale)
+    assert stale.starts == starts + 1
+    # A worker that looked within the retention did not start over.
+    assert fresh.starts == 1
+
+
+def test_a_different_database_starts_the_cache_over():
+    place("a")
+    cache = PostgresCacheReader()
+    assert_exact(cache)
+    name = connection.settings_dict["NAME"]
+    copy = f"{name}_copy"
+    connection.close()
+    admin = raw_connection()
+    admin.autocommit = True
+    try:
+        admin.execute("SELECT 1")
+        params = connection.get_connection_params()
+        maintenance = psycopg.connect(
+            **{
+                **{
+                    k: v
+                    for k, v in params.items()
+                    if k not in ("cursor_factory", "context")
+                },
+                "dbname": "postgres",
+            },
+            autocommit=True,
+        )
+        admin.close()
+        maintenance.execute(f'DROP DATABASE IF EXISTS "{copy}"')
+        maintenance.execute(f'CREATE DATABASE "{copy}" TEMPLATE "{name}"')
+        connection.settings_dict["NAME"] = copy
+        connection.close()
+        # Same rows, then a write in the copy only: the cache must not trust its
+        # snapshot from the other database.
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE history_keynode SET count = 77")
+        assert_exact(cache)
+        assert cache.starts == 2
+    finally:
+        connection.close()
+        connection.settings_dict["NAME"] = name
+        maintenance.execute(f'DROP DATABASE IF EXISTS "{copy}"')
+        maintenance.close()
+
+
+def login(opener, base: str, username: str, password: str) -> None:
+    page = opener.open(f"{base}/admin/login/").read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    data = urllib.parse.urlencode(
+        {"csrfmiddlewaretoken": token, "username": username, "password": password}
+    ).encode()
+    request = urllib.request.Request(
+        f"{base}/admin/login/?next=/admin/", data, headers={"Referer": base}
+    )
+    assert "Log out" in opener.open(request).read().decode()
+
+
+def test_an_admin_edit_on_one_replica_shows_in_the_next_answer_of_another():
+    place("a", "ci-java-app", "n1")
+    row = KeyNode.objects.get(key="app", node="n1")
+    get_user_model().objects.create_superuser("root", "root@example.com", "pw-123456")
+    body = orjson.dumps(
+        {
+            "Pod": {"metadata": {"labels": {"ks-pipeline": "ci-java-app"}}},
+            "NodeNames": ["n1", "n2"],
+        }
+    )
+    with (
+        run_gunicorn(workers=1) as (edit_url, _),
+        run_gunicorn(workers=2) as (
+            score_url,
+            _,
+        ),
+    ):
+        score = urllib.parse.urlparse(score_url)
+
+        def prioritize():
+            conn = http.client.HTTPConnection(score.hostname, score.port, timeout=10)
+            try:
+                conn.request(
+                    "POST",
+                    "/scheduler/priorities/pipeline",
+                    body,
+                    {"Content-Type": "application/json"},
+                )
+                return orjson.loads(conn.getresponse().read())
+            finally:
+                conn.close()
+
+        before = [prioritize() for _ in range(4)]
+        assert before[0] == [{"Host": "n1", "Score": 10}, {"Host": "n2", "Score": 1}]
+        opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        )
+        login(opener, edit_url, "root", "pw-123456")
+        change = f"{edit_url}/admin/history/keynode/{row.pk}/change/"
+        page = opener.open(change).read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        form = {
+            "csrfmiddlewaretoken": token,
+            "key": "app",
+            "node": "n1",
+            "count": "0",
+            "_save": "Save",
+        }
+        request = urllib.request.Request(
+            change, urllib.parse.urlencode(form).encode(), headers={"Referer": change}
+        )
+        opener.open(request).read()
+        assert KeyNode.objects.get(pk=row.pk).count == 0
+        # Both workers of the other replica answer with the edit at once.
+        for _ in range(4):
+            assert prioritize()[0] == {"Host": "n1", "Score": 6}

@@ -1,0 +1,153 @@
+"""Every history reader answers the same: the same history read through the SQL
+reader, the SQLite cache (on SQLite), the PostgreSQL cache (on PostgreSQL) and the
+in-memory store gives identical scores and explanations from every strategy."""
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from extender.scoring.rules import WarmRules
+from extender.scoring.strategies import SeedStrategy, WarmStrategy
+from history import corrections, ledger
+from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
+from history.reader import Policies, history_reader
+from history.reader.memory import MemoryHistory
+from history.reader.sql import SqlReader
+from history.recency import half_life_seconds
+from history.watcher.state import record_node_seen
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NODES = [f"node-{i:02d}" for i in range(30)]
+LABELS = [
+    "ci-java-maven-app",
+    "ci-java-maven-lib",
+    "ci-go-svc",
+    "ci-java",
+    "ci",
+    "ci-py-ci",
+    "x-y-z-w-v",
+    "ci-handmade",
+    "ci-go-svc-extra",
+]
+
+
+def memory_copy() -> MemoryHistory:
+    """The database's history, loaded into the in-memory store."""
+    memory = MemoryHistory(half_life=half_life_seconds())
+    for key, node, count, weight, at in KeyNode.objects.values_list(
+        "key", "node", "count", "decayed_weight", "decayed_at"
+    ):
+        memory.rows.setdefault(key, {})[node] = (count, weight, at)
+    for label, node in Placement.objects.filter(finished_at__isnull=True).values_list(
+        "label", "node"
+    ):
+        by_node = memory.active.setdefault(label, {})
+        by_node[node] = by_node.get(node, 0) + 1
+        memory.busy[node] = memory.busy.get(node, 0) + 1
+    for name, since in NodeRecord.objects.filter(
+        replacements__gt=0, history_since__isnull=False
+    ).values_list("name", "history_since"):
+        memory.replaced[name] = since.timestamp()
+    key_policies = {p.key: (p.enabled, p.weight) for p in KeyPolicy.objects.all()}
+    node_policies: dict[str, dict[str, str]] = {}
+    for p in NodePolicy.objects.all():
+        node_policies.setdefault(p.key, {})[p.node] = p.action
+    memory.policies = Policies(keys=key_policies, nodes=node_policies)
+    return memory
+
+
+def build_history(rng: random.Random, now: datetime) -> None:
+    """Placements of every age, finishes, hand edits, replacements, policies."""
+    corrections.create_key_node(key="handmade", node="node-29", count=7, actor="admin")
+    for i in range(300):
+        ledger.record_placement(
+            pod_uid=f"p{i}",
+            namespace="ci",
+            name=f"p{i}",
+            label=rng.choice(LABELS),
+            node=rng.choice(NODES),
+            bound_at=now - timedelta(days=rng.uniform(0, 60)),
+        )
+    for i in rng.sample(range(300), 200):
+        ledger.finish_placement(pod_uid=f"p{i}")
+    rows = list(KeyNode.objects.order_by("pk"))
+    for row in rng.sample(rows, 15):
+        corrections.set_key_node_count(
+            key_node=row, count=rng.choice([0, 1, 3, 50, 2000]), actor="admin"
+        )
+    corrections.halve_key_nodes(key_nodes=rng.sample(rows, 10), actor="admin")
+    corrections.delete_key_nodes(key_nodes=rng.sample(rows, 5), actor="admin")
+    for node in NODES[:6]:
+        record_node_seen(name=node, uid="a", now=now - timedelta(days=40))
+    for node in NODES[:3]:
+        record_node_seen(
+            name=node, uid="b", now=now - timedelta(days=rng.uniform(1, 30))
+        )
+    KeyPolicy.objects.create(key="lib", enabled=True, weight=1.7)
+    KeyPolicy.objects.create(key="py", enabled=False, weight=1.0)
+    NodePolicy.objects.create(key="java", node="node-07", action="ban")
+    NodePolicy.objects.create(key="go", node="node-11", action="pin")
+
+
+def answers(reader, label, nodes, now):
+    """Scores and explanations of every strategy through `reader`."""
+    found = []
+    for strategy in (
+        SeedStrategy(reader=reader),
+        WarmStrategy(reader=reader),
+        WarmStrategy(WarmRules(min_weight=1, load_penalty=0), reader=reader),
+    ):
+        found.append(strategy.score(label=label, nodes=nodes, now=now))
+        found.append(strategy.explain(label=label, nodes=nodes, now=now))
+    return found
+
+
+def readers():
+    """The readers to compare: name -> reader."""
+    cached = history_reader()
+    assert not isinstance(cached, SqlReader) or connection.vendor != "sqlite"
+    return {"sql": SqlReader(), "cache": cached, "memory": memory_copy()}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_reader_gives_the_same_scores_and_explanations(seed):
+    rng = random.Random(seed)
+    now = timezone.now()
+    build_history(rng, now)
+    compared = readers()
+    for _ in range(60):
+        label = rng.choice([*LABELS, "unknown-label", "ci-unknown"])
+        nodes = rng.sample(NODES + ["stranger"], rng.randint(1, len(NODES)))
+        when = (now + timedelta(days=rng.choice([0, 0.3, 3, 30]))).timestamp()
+        expected = answers(compared["sql"], label, nodes, when)
+        for name, reader in compared.items():
+            assert answers(reader, label, nodes, when) == expected, (name, label)
+
+
+def test_readers_agree_after_more_writes_between_reads():
+    """A cache that answered once must follow later writes of every kind."""
+    rng = random.Random(9)
+    now = timezone.now()
+    build_history(rng, now)
+    when = now.timestamp()
+    label, nodes = "ci-java-maven-app", NODES
+    compared = readers()
+    assert answers(compared["cache"], label, nodes, when) == answers(
+        compared["sql"], label, nodes, when
+    )
+    ledger.record_placement(
+        pod_uid="late", namespace="ci", name="late", label=label, node="node-05"
+    )
+    row = KeyNode.objects.filter(key="app").order_by("pk").first()
+    corrections.set_key_node_count(key_node=row, count=999, actor="admin")
+    record_node_seen(name="node-04", uid="c", now=datetime.now(UTC))
+    KeyPolicy.objects.update_or_create(key="maven", defaults={"weight": 0.5})
+    ledger.finish_placement(pod_uid="late")
+    compared["memory"] = memory_copy()
+    expected = answers(compared["sql"], label, nodes, when)
+    for name, reader in compared.items():
+        assert answers(reader, label, nodes, when) == expected, name
