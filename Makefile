@@ -15,12 +15,14 @@ browse = $(subst 0.0.0.0,localhost,$(subst [::],localhost,$(1)))
 
 .PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench soak clean
 .PHONY: outcomes-demo
-.PHONY: docker-build docker-push deploy-yaml screenshots
+.PHONY: docker-build docker-push deploy-yaml screenshots demo manage
 
 help:
 	@echo "make run    - install, migrate and serve: web on $(KSSCHED_BIND), extender on $(KSSCHED_EXTENDER_BIND)"
 	@echo "make test   - install dev tools, lint, run the whole suite"
 	@echo "make bench  - benchmark the extender against a floor"
+	@echo "make demo   - the extender, watcher and admin on a simulated cluster"
+	@echo "make manage ARGS='...' - a manage.py command with the checkout's settings"
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON3) -m venv $(VENV)
@@ -38,7 +40,21 @@ $(SECRET_FILE):
 	$(PYTHON3) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
 	chmod 600 $@
 
+# The checkout's settings for manage.py (see manage.py): made once, never committed.
+# Paths are absolute so commands work from any directory.
+.env: | $(SECRET_FILE)
+	@printf '%s\n' \
+	  '# ks-scheduler settings for this checkout, written by make. Never commit it.' \
+	  "SECRET_KEY=$$(cat $(SECRET_FILE))" \
+	  "DATA_PATH=$(RUN_DATA_PATH)" \
+	  "KSSCHED_HEARTBEAT_PATH=$(CURDIR)/var/watcher/heartbeat" \
+	  '# The watcher metrics port (9100 in the image) is off in a checkout.' \
+	  'KSSCHED_WATCHER_METRICS_PORT=0' > $@
+	@chmod 600 $@
+	@echo "Wrote $@ (read by $(PY) manage.py)."
+
 run: $(VENV)/.installed $(SECRET_FILE)
+	@$(MAKE) --no-print-directory -s .env
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py migrate --noinput
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py collectstatic --noinput --verbosity 0
 	@echo
@@ -46,9 +62,23 @@ run: $(VENV)/.installed $(SECRET_FILE)
 	@echo "  web (admin, API, metrics, probes): http://$(call browse,$(KSSCHED_BIND))   [bound to $(KSSCHED_BIND)]"
 	@echo "  extender (kube-scheduler's urlPrefix): http://$(KSSCHED_EXTENDER_BIND)/scheduler"
 	@echo "Create an admin user for http://$(call browse,$(KSSCHED_BIND))/admin/ with:"
-	@echo "  SECRET_KEY=\$$(cat $(SECRET_FILE)) DATA_PATH=$(RUN_DATA_PATH) $(PY) manage.py createsuperuser"
+	@echo "  $(PY) manage.py createsuperuser"
 	@echo
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" exec $(PY) -m kssched.serve
+
+# Any management command with the checkout's settings, e.g.
+#   make manage ARGS=createsuperuser     make manage ARGS="audit_counts --json"
+manage: $(VENV)/.installed .env
+	$(PY) manage.py $(ARGS)
+
+# A cluster without a cluster: the real extender and watch_pods against the test API
+# server, with pipeline pods arriving, running and finishing on simulated nodes.
+# Serves the admin on 127.0.0.1 only; stops after DEMO_MINUTES or on Ctrl-C.
+# Its own database (var/demo/): the history of `make run` is left alone.
+DEMO_PORT ?= 8090
+DEMO_MINUTES ?= 30
+demo: $(VENV)/.installed
+	$(PY) -m tests.demo --port $(DEMO_PORT) --minutes $(DEMO_MINUTES) $(DEMO_ARGS)
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .

@@ -17,6 +17,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
+from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
 from history import outcomes, queries
@@ -232,3 +233,24 @@ def only_api_paths(endpoints):
         for endpoint in endpoints
         if endpoint[0].startswith("/api/") and endpoint[0] != "/api/schema/"
     ]
+
+
+class ApiRootView(APIView):
+    """GET /api/: where the history API's endpoints are."""
+
+    authentication_classes = HistoryAPIView.authentication_classes
+    permission_classes = HistoryAPIView.permission_classes
+    renderer_classes = HistoryAPIView.renderer_classes
+
+    @extend_schema(exclude=True)  # links only: the schema documents the data routes
+    def get(self, request):
+        keys = reverse("api-keys", request=request)
+        return Response(
+            {
+                "keys": keys,
+                "key_nodes": f"{keys}{{key}}/nodes/",
+                "placements": reverse("api-placements", request=request),
+                "outcomes": reverse("api-outcomes", request=request),
+                "schema": reverse("api-schema", request=request),
+            }
+        )

@@ -7,6 +7,7 @@ from rest_framework.authentication import SessionAuthentication, TokenAuthentica
 from history import api
 
 urlpatterns = [
+    path("", api.ApiRootView.as_view(), name="api-root"),
     path("keys/", api.KeyListView.as_view(), name="api-keys"),
     path("keys/<str:key>/nodes/", api.KeyNodeListView.as_view(), name="api-key-nodes"),
     path("placements/", api.PlacementListView.as_view(), name="api-placements"),

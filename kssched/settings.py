@@ -1,7 +1,9 @@
 """Settings for ks-scheduler, read from the environment with django-environ.
 
 Every variable is listed in the README's settings table. Real environment variables
-always win; a `.env` file is read only when KSSCHED_READ_DOT_ENV=1.
+always win; a `.env` file is read only when KSSCHED_READ_DOT_ENV=1. In a checkout,
+`make run` writes that file and `manage.py` turns the switch on when it finds it; the
+image has no `.env`.
 """
 
 from datetime import timedelta
@@ -23,7 +25,10 @@ DEBUG = env.bool("DEBUG", default=False)
 # No production default: a missing SECRET_KEY fails at start-up unless DEBUG is on.
 SECRET_KEY = env.str("SECRET_KEY", default="insecure-dev-only-key" if DEBUG else None)
 if not SECRET_KEY:
-    raise environ.ImproperlyConfigured("Set the SECRET_KEY environment variable.")
+    raise environ.ImproperlyConfigured(
+        "Set the SECRET_KEY environment variable (in a checkout, `make run` writes "
+        "one to .env, which `.venv/bin/python manage.py` reads)."
+    )
 
 # kube-scheduler in the same pod calls the extender as localhost or 127.0.0.1.
 ALLOWED_HOSTS = [
@@ -96,7 +101,11 @@ TEMPLATES = [
 # transactions wait for the write lock (up to the busy timeout) instead of failing at
 # once with "database is locked".
 
-DATA_PATH = Path(env.str("DATA_PATH", default="/data/scheduler.db"))
+# The default is the image's volume. Only a configured DATA_PATH has its folder
+# created: an unconfigured checkout must not create /data.
+DEFAULT_DATA_PATH = "/data/scheduler.db"
+DATA_PATH_IS_SET = bool(env.str("DATA_PATH", default=""))
+DATA_PATH = Path(env.str("DATA_PATH", default=DEFAULT_DATA_PATH))
 SQLITE_TIMEOUT = env.float("KSSCHED_SQLITE_TIMEOUT", default=5.0)
 # An admin edit keeps trying for the SQLite write lock this long in all, then tells
 # the user nothing was changed. Keep it below gunicorn's KSSCHED_WORKER_TIMEOUT.
@@ -114,7 +123,13 @@ else:
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATA_PATH = Path(DATABASES["default"]["NAME"])
-    DATA_PATH.parent.mkdir(parents=True, exist_ok=True)
+    if DATA_PATH_IS_SET or env.str("DATABASE_URL", default=""):
+        DATA_PATH.parent.mkdir(parents=True, exist_ok=True)
+    elif not DATA_PATH.parent.is_dir():
+        raise environ.ImproperlyConfigured(
+            f"DATA_PATH is not set and {DATA_PATH.parent} does not exist. Set "
+            "DATA_PATH (in a checkout, `make run` writes it to .env)."
+        )
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": SQLITE_TIMEOUT,
@@ -226,6 +241,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+# ISO-like dates in the admin (kssched/formats/).
+FORMAT_MODULE_PATH = ["kssched.formats"]
 
 # --- Django REST framework ------------------------------------------------------------
 

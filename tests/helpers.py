@@ -97,6 +97,8 @@ def database_env() -> dict[str, str]:
         "DEBUG": "0",
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": str(REPO),
+        # A developer's .env (written by `make run`) must not leak into tests.
+        "KSSCHED_READ_DOT_ENV": "0",
         "LOG_LEVEL": "INFO",
         # The subprocess scores as the tests do (tests/settings.py pins it).
         "KSSCHED_SCORING": os.environ.get("KSSCHED_SCORING", "seed"),

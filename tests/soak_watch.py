@@ -510,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         "DEBUG": "0",
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": str(REPO),
+        "KSSCHED_READ_DOT_ENV": "0",
         "LOG_LEVEL": "INFO",
     }
     if os.environ.get("DATABASE_URL"):

@@ -196,3 +196,24 @@ def test_browsable_api_renders_for_people(api, history):
 def test_extender_routes_stay_unauthenticated():
     response = APIClient().get("/version", HTTP_ACCEPT="application/json")
     assert response.status_code == 200
+
+
+def test_api_root_lists_the_endpoints(api):
+    response = api.get("/api/")
+    assert response.status_code == 200
+    assert response.json() == {
+        "keys": "http://testserver/api/keys/",
+        "key_nodes": "http://testserver/api/keys/{key}/nodes/",
+        "placements": "http://testserver/api/placements/",
+        "outcomes": "http://testserver/api/outcomes/",
+        "schema": "http://testserver/api/schema/",
+    }
+    for url in response.json().values():
+        if "{key}" not in url:
+            assert api.get(url).status_code == 200, url
+
+
+def test_api_root_asks_anonymous_callers_to_authenticate():
+    response = APIClient().get("/api/")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"

@@ -2,13 +2,14 @@
 
 Debian's chromium, driven by Playwright's sync API (no downloaded browsers). Each test
 logs in through the login form like a person would and checks the database after
-acting. Screenshots of the main pages go to var/screenshots/ (or
+acting. Screenshots of the main pages, 1280 px wide, go to var/screenshots/ (or
 KSSCHED_SCREENSHOT_DIR); `make screenshots` refreshes the committed copies in
-docs/screenshots/, so a reviewer can look without running anything.
+docs/screenshots/ when the picture changed, so a reviewer can look without running
+anything.
 """
 
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from importlib import import_module
 from pathlib import Path
 
@@ -20,8 +21,9 @@ from django.utils import timezone
 from history.corrections import create_key_node
 from history.labels import split_pipeline_label
 from history.ledger import finish_placement, record_placement
-from history.models import KeyNode, NodeRecord, WatchState
+from history.models import KeyNode, NodeRecord, Placement, WatchState
 from tests.helpers import IS_CI, REPO
+from tests.screenshots import save_if_changed
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here
 # between browser steps are still plain synchronous calls.
@@ -68,7 +70,8 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1600, "height": 900})
+    # The width of a laptop screen: the screenshots show what most people see.
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
     context.set_default_timeout(10_000)
     page = context.new_page()
     yield page
@@ -84,8 +87,8 @@ def login(page, live_server, username, next_path="/admin/"):
 
 
 def screenshot(page, name):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+    """Store a full-page screenshot, unless the stored one shows the same picture."""
+    save_if_changed(SCREENSHOTS / name, page.screenshot(full_page=True))
 
 
 @pytest.fixture
@@ -121,10 +124,14 @@ PIPELINES = {
 NODES = ["worker-a1", "worker-a2", "worker-b1", "worker-b2", "worker-b3", "worker-c1"]
 
 
+# The history's clock: fixed, so the screenshots show the same dates on every run.
+HISTORY_NOW = datetime(2026, 1, 5, 9, 41, tzinfo=UTC)
+
+
 @pytest.fixture
 def cluster_history():
     """A small cluster's worth of history, recorded the way the watcher records it."""
-    now = timezone.now()
+    now = HISTORY_NOW
     number = 0
     for label, placements in PIPELINES.items():
         for node, pods in placements:
@@ -145,6 +152,10 @@ def cluster_history():
     for node in NODES:
         NodeRecord.objects.create(name=node, uid=f"{node}-uid")
     create_key_node(key="legacy", node="worker-b3", count=0, actor="admin")
+    KeyNode.objects.update(created=now, updated=now)
+    KeyNode.objects.exclude(last_placed_at=None).update(last_placed_at=now)
+    # The watcher's health is relative to the real clock.
+    now = timezone.now()
     WatchState.objects.create(
         name="pods",
         resource_version="48213",
@@ -153,6 +164,24 @@ def cluster_history():
         relists=2,
         events=number,
         holder="ks-scheduler-0",
+    )
+
+
+# Names as real clusters make them: long, with many hyphens.
+LONG_LABEL = "jenkins-platform-services-java17-maven-payments-gateway-integration"
+LONG_NODE = "ip-10-120-37-214.eu-central-1.compute.internal"
+
+
+@pytest.fixture
+def long_names():
+    """A placement and counts with the long names of a real cluster."""
+    record_placement(
+        pod_uid="uid-long",
+        namespace="ci-payments-gateway-integration",
+        name=f"{LONG_LABEL}-build-4711-x7k2p",
+        label=LONG_LABEL,
+        node=LONG_NODE,
+        bound_at=HISTORY_NOW - timedelta(minutes=3),
     )
 
 
@@ -194,6 +223,10 @@ def test_login_shows_the_overview(page, live_server, superuser, cluster_history)
     )
     busiest = page.locator("#ks-busiest-keys tbody tr").first.inner_text()
     assert busiest.startswith("jenkins")
+    # ks-scheduler's own models come first; there is no site to "view".
+    sections = page.locator("#content-main .module caption").all_inner_texts()
+    assert sections[0].lower() == "pipeline history", sections
+    assert page.get_by_role("link", name="View site").count() == 0
     screenshot(page, "admin-index.png")
 
 
@@ -405,3 +438,79 @@ def test_pipeline_page_outcomes_chart(page, live_server, superuser):
     )
     page.goto(f"{live_server.url}/admin/")
     assert "over 1 pipeline" in page.locator("#ks-time-saved").text_content()
+
+
+# Every page of ks-scheduler's admin a platform engineer opens; {keynode} and
+# {placement} are filled with a row's id.
+ADMIN_PAGES = [
+    "/admin/",
+    "/admin/history/",
+    "/admin/history/keynode/",
+    "/admin/history/keynode/?o=-3",
+    "/admin/history/keynode/{keynode}/change/",
+    "/admin/history/placement/",
+    "/admin/history/placement/{placement}/change/",
+    "/admin/history/countadjustment/",
+    "/admin/history/keypolicy/",
+    "/admin/history/keypolicy/add/",
+    "/admin/history/nodepolicy/",
+    "/admin/history/nodepolicy/add/",
+    "/admin/pipeline/",
+    "/admin/pipeline/?q=jenkins-java-maven",
+    f"/admin/pipeline/?q={LONG_LABEL}",
+    "/admin/auth/user/",
+    "/admin/auth/group/",
+]
+SIDEWAYS = """() => {
+    const width = document.documentElement.clientWidth;
+    const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+        + (el.className && typeof el.className === 'string'
+           ? '.' + el.className.trim().split(/\\s+/).join('.') : '');
+    const found = [];
+    if (document.documentElement.scrollWidth > width) {
+        found.push(`the page is ${document.documentElement.scrollWidth} px wide`);
+    }
+    for (const el of document.querySelectorAll('#container *')) {
+        const box = el.getBoundingClientRect();
+        if (box.width === 0 || getComputedStyle(el).visibility === 'hidden') continue;
+        const scrolls = ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+        if (scrolls && el.scrollWidth > el.clientWidth + 1) {
+            found.push(`${name(el)} scrolls: ${el.scrollWidth} in ${el.clientWidth}`);
+        }
+        if (box.right > width + 1) {
+            found.push(`${name(el)} ends at ${Math.round(box.right)} px`);
+        }
+        if (['table', 'svg'].includes(el.tagName.toLowerCase())) {
+            const room = el.parentElement.clientWidth;
+            if (box.width > room + 1) {
+                found.push(`${name(el)} is ${Math.round(box.width)} px in ${room}`);
+            }
+        }
+    }
+    return found.slice(0, 10);
+}"""
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1024, 768)], ids=["1280", "1024"])
+def test_no_admin_page_scrolls_sideways(
+    browser, live_server, superuser, cluster_history, long_names, size
+):
+    width, height = size
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    try:
+        login(page, live_server, "admin")
+        ids = {
+            "keynode": KeyNode.objects.order_by("-count").first().pk,
+            "placement": Placement.objects.get(pod_uid="uid-long").pk,
+        }
+        problems = {}
+        for path in ADMIN_PAGES:
+            page.goto(f"{live_server.url}{path.format(**ids)}")
+            assert page.locator("#container").count() == 1, path
+            found = page.evaluate(SIDEWAYS)
+            if found:
+                problems[path] = found
+        assert problems == {}
+    finally:
+        context.close()

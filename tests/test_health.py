@@ -37,6 +37,7 @@ def migrate(env: dict[str, str]) -> None:
         env={
             "PATH": os.environ["PATH"],
             "PYTHONPATH": str(REPO),
+            "KSSCHED_READ_DOT_ENV": "0",
             "SECRET_KEY": "x" * 50,
             **env,
         },

@@ -8,7 +8,12 @@ from tests.helpers import REPO
 
 
 def run_manage(args, env):
-    base = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)}
+    # A developer's .env (written by `make run`) must not leak into these runs.
+    base = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(REPO),
+        "KSSCHED_READ_DOT_ENV": "0",
+    }
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=REPO,

@@ -9,13 +9,12 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from history import outcomes, queries
-from history.models import KeyNode, Placement, WatchState
+from history.models import KeyNode, NodeRecord, Placement, WatchState
+from history.watcher.heartbeat import default_max_age
 
 register = template.Library()
 
 BUSIEST = 5
-# A watcher that has not written its heartbeat for this long is shown as stale.
-STALE_AFTER_SECONDS = 300
 
 
 def age_seconds(moment: datetime | None, now: datetime) -> int | None:
@@ -35,24 +34,52 @@ def database_description() -> str:
     return f"{connection.display_name} {settings_dict.get('NAME')} on {where}"
 
 
-def watcher_rows(now: datetime) -> list[dict]:
+def watcher_streams() -> list[str]:
+    """The streams a running watcher reports: pods, and nodes unless turned off."""
+    return ["pods", "nodes"] if settings.KSSCHED_WATCH_NODES else ["pods"]
+
+
+def watcher_status(now: datetime) -> dict:
+    """Every stream's progress, and whether the watcher as a whole is stale.
+
+    `events` counts watch events only: objects handled by a list (the first one, or
+    one after 410 Gone) show up in `recorded`, what the stream keeps (placements in
+    the ledger for pods, known node identities for nodes). The watcher is stale when
+    its newest heartbeat is older than the limit of `watcher_health`, the probe that
+    restarts it: both streams beat the same heartbeat file.
+    """
+    states = {state.name: state for state in WatchState.objects.all()}
+    recorded = {"pods": Placement.objects.count(), "nodes": NodeRecord.objects.count()}
+    names = watcher_streams() + sorted(set(states) - set(watcher_streams()))
     rows = []
-    for state in WatchState.objects.order_by("name"):
-        heartbeat_age = age_seconds(state.heartbeat_at, now)
+    for name in names:
+        state = states.get(name)
         rows.append(
             {
-                "name": state.name,
-                "last_event_age": age_seconds(state.last_event_at, now),
-                "heartbeat_age": heartbeat_age,
-                "is_stale": heartbeat_age is None
-                or heartbeat_age > STALE_AFTER_SECONDS,
-                "relists": state.relists,
-                "events": state.events,
-                "resource_version": state.resource_version,
-                "holder": state.holder,
+                "name": name,
+                "reported": state is not None,
+                "last_event_age": age_seconds(
+                    state.last_event_at if state else None, now
+                ),
+                "heartbeat_age": age_seconds(
+                    state.heartbeat_at if state else None, now
+                ),
+                "relists": state.relists if state else 0,
+                "events": state.events if state else 0,
+                "recorded": recorded.get(name),
+                "resource_version": state.resource_version if state else "",
+                "holder": state.holder if state else "",
             }
         )
-    return rows
+    beats = [state.heartbeat_at for state in states.values() if state.heartbeat_at]
+    heartbeat_age = age_seconds(max(beats), now) if beats else None
+    limit = int(default_max_age())
+    return {
+        "streams": rows if states else [],
+        "heartbeat_age": heartbeat_age,
+        "limit": limit,
+        "is_stale": heartbeat_age is not None and heartbeat_age > limit,
+    }
 
 
 @register.inclusion_tag("admin/history/overview.html", takes_context=True)
@@ -96,8 +123,7 @@ def history_overview(context):
         "has_history": bool(totals["keys"] or totals["placements"]),
         "busiest_keys": list(queries.key_totals()[:BUSIEST]),
         "busiest_nodes": busiest_nodes,
-        "watchers": watcher_rows(now),
-        "stale_after": STALE_AFTER_SECONDS,
+        "watcher": watcher_status(now),
         "database": database_description(),
         "pipeline_label": settings.KSSCHED_PIPELINE_LABEL,
         "scheduler_name": settings.KSSCHED_SCHEDULER_NAME,
@@ -137,3 +163,18 @@ def duration(span: timedelta | None) -> str:
     if seconds >= 60:
         return f"{seconds // 60} min {seconds % 60} s"
     return f"{seconds} s"
+
+
+# ks-scheduler's own apps, listed before Django's and DRF's on the admin index.
+OWN_APPS = ("history", "extender")
+
+
+@register.filter
+def own_apps_first(app_list: list[dict]) -> list[dict]:
+    """The admin's app list with ks-scheduler's apps first, the rest in order."""
+    return sorted(
+        app_list,
+        key=lambda app: (
+            OWN_APPS.index(app["app_label"]) if app["app_label"] in OWN_APPS else 99
+        ),
+    )

@@ -1,0 +1,272 @@
+"""Every `manage.py` line in the README's shell blocks runs as printed, in a fresh
+checkout, after the steps of `make run`, with no other environment.
+
+The checkout is a copy of the files git knows (tracked and new, never ignored ones such
+as `.env`, `var/` or `.venv`), with `.venv` linked to the virtualenv running the tests.
+`make run` would then install (already done), write `.env` and migrate, and serve; the
+test does the first two steps exactly as `make run` does them and skips serving.
+Commands that need a cluster run against the test API server (tests/fakeapi/), given as
+KUBECONFIG. Lines that start with `kubectl` run inside the image and are not run here.
+One placeholder is replaced: the PostgreSQL URL of the migration steps becomes a SQLite
+URL inside the checkout.
+"""
+
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakeapi import FakeApiServer, make_node, make_pod
+from tests.helpers import REPO
+from tests.soak_watch import write_kubeconfig
+
+pytestmark = pytest.mark.slow
+
+POSTGRES_PLACEHOLDER = "postgres://ks:PASSWORD@db.example:5432/ks_scheduler"
+ADMIN_PASSWORD = "a-long-readme-pass-42"
+# How each interactive or long-running command is driven; the rest run to completion.
+INTERACTIVE = {
+    "createsuperuser": [
+        ("Username", "admin"),
+        ("Email address", "admin@example.com"),
+        ("Password:", ADMIN_PASSWORD),
+        ("Password (again)", ADMIN_PASSWORD),
+    ]
+}
+NEEDS_CLUSTER = {"watch_pods"}
+
+
+def shell_blocks(text: str) -> list[list[str]]:
+    """The README's ```sh blocks as lists of logical lines (continuations joined)."""
+    blocks = []
+    for body in re.findall(r"^ *```sh\n(.*?)^ *```", text, re.S | re.M):
+        lines, current = [], ""
+        for raw in body.splitlines():
+            line = raw.strip()
+            if line.endswith("\\"):
+                current += line[:-1] + " "
+                continue
+            lines.append(current + line)
+            current = ""
+        blocks.append([line for line in lines if line])
+    return blocks
+
+
+def manage_commands(text: str) -> list[tuple[list[str], str]]:
+    """(export lines before it in its block, line) for every checkout manage.py line."""
+    commands = []
+    for block in shell_blocks(text):
+        exports = []
+        for line in block:
+            if line.startswith("export "):
+                exports.append(line)
+            elif "manage.py" in line and not line.startswith("kubectl"):
+                commands.append((list(exports), line))
+    return commands
+
+
+def subcommand(line: str) -> str:
+    return line.split("manage.py", 1)[1].split()[0]
+
+
+def clean_env(root: Path) -> dict[str, str]:
+    """What a new shell has: a PATH and a HOME, nothing of ks-scheduler's."""
+    home = root.parent / "home"
+    home.mkdir(exist_ok=True)
+    return {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8"}
+
+
+def script(exports: list[str], line: str) -> str:
+    text = "\n".join([*exports, line])
+    return text.replace(POSTGRES_PLACEHOLDER, "sqlite:///var/loaded.db")
+
+
+def run(root: Path, env: dict, exports: list[str], line: str, timeout: float = 120):
+    return subprocess.run(
+        ["bash", "-c", script(exports, line)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def run_interactive(root: Path, env: dict, line: str, answers, timeout: float = 60):
+    """Run `line` on a terminal of its own, answering each prompt.
+
+    Returns (exit status, output)."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: its terminal is the pty, as in a shell
+        os.chdir(root)
+        os.execvpe("bash", ["bash", "-c", line], env)
+    output, pending = b"", list(answers)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+            if pending and pending[0][0].encode() in output.rsplit(b"\n", 1)[-1]:
+                os.write(fd, pending.pop(0)[1].encode() + b"\n")
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+
+def placements(root: Path) -> int:
+    with sqlite3.connect(root / "var" / "scheduler.db") as db:
+        return db.execute("SELECT count(*) FROM history_placement").fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory):
+    """A fresh checkout after `make run`'s set-up steps: .env written, migrated."""
+    root = tmp_path_factory.mktemp("clone") / "ks-scheduler"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (item.decode() for item in listed)):
+        source = REPO / name
+        if source.is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, root / name)
+    (root / ".venv").symlink_to(Path(sys.prefix))
+    env = clean_env(root)
+    # `make run`, after installing: the .env line, then migrate.
+    made = subprocess.run(
+        ["make", "--no-print-directory", "-s", ".env"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    migrated = run(root, env, [], ".venv/bin/python manage.py migrate --noinput")
+    assert migrated.returncode == 0, migrated.stderr
+    return root
+
+
+@pytest.fixture
+def cluster():
+    """The test API server with a few nodes and pipeline pods already placed."""
+    with FakeApiServer(bookmark_interval=0.5) as server:
+        for number in range(1, 4):
+            server.add_node(make_node(f"worker-{number}"))
+        for number in range(6):
+            node = f"worker-{number % 3 + 1}"
+            label = ("jenkins-java-maven", "gitlab-go-build")[number % 2]
+            server.add_pod(make_pod(f"build-{number}", label=label, node=node))
+        yield server
+
+
+def test_readme_manage_commands_run_as_printed(checkout, cluster):
+    commands = manage_commands((checkout / "README.md").read_text())
+    names = [subcommand(line) for _, line in commands]
+    # The README's commands as of writing; a new one is run too (and listed here).
+    assert {"createsuperuser", "watch_pods", "watcher_health", "audit_counts"} <= set(
+        names
+    ), names
+    env = clean_env(checkout)
+    ran = []
+    order = {"createsuperuser": 0, "watch_pods": 1}
+    first = sorted(commands, key=lambda c: order.get(subcommand(c[1]), 2))
+    for exports, line in first:
+        name = subcommand(line)
+        if name in INTERACTIVE:
+            code, output = run_interactive(checkout, env, line, INTERACTIVE[name])
+            assert code == 0, f"{line}\n{output}"
+            assert "Superuser created successfully" in output
+        elif name in NEEDS_CLUSTER:
+            kubeconfig = write_kubeconfig(checkout.parent, cluster.url)
+            watcher = subprocess.Popen(
+                ["bash", "-c", f"exec {script(exports, line)}"],
+                cwd=checkout,
+                env={**env, "KUBECONFIG": str(kubeconfig)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            deadline = time.monotonic() + 60
+            while placements(checkout) < 6 and time.monotonic() < deadline:
+                assert watcher.poll() is None, watcher.stdout.read().decode()
+                time.sleep(0.2)
+            assert placements(checkout) == 6
+            # "in another shell", while the watcher runs
+            health = [c for c in commands if subcommand(c[1]) == "watcher_health"]
+            for health_exports, health_line in health:
+                result = run(checkout, env, health_exports, health_line)
+                assert result.returncode == 0, result.stderr
+                assert result.stdout.startswith("ok: heartbeat")
+                ran.append(health_line)
+            watcher.send_signal(signal.SIGINT)
+            assert watcher.wait(timeout=30) == 0, watcher.stdout.read().decode()
+        elif line not in ran:
+            if name == "loaddata":
+                # Step 2 of the migration makes this file inside the pod.
+                dumped = run(
+                    checkout,
+                    env,
+                    [],
+                    ".venv/bin/python manage.py dumpdata --natural-foreign "
+                    "--natural-primary --exclude contenttypes --exclude "
+                    "auth.permission --exclude admin.logentry --exclude sessions "
+                    "-o ks-scheduler.json",
+                )
+                assert dumped.returncode == 0, dumped.stderr
+            result = run(checkout, env, exports, line)
+            assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"
+            if name == "drf_create_token":
+                assert re.search(r"[0-9a-f]{40}", result.stdout)
+        ran.append(line)
+    assert sorted(set(ran)) == sorted({line for _, line in commands})
+    # The history stayed inside the checkout, where .env put it.
+    assert placements(checkout) == 6
+    assert (checkout / "var" / "watcher" / "heartbeat").is_file()
+    assert not any(Path(env["HOME"]).iterdir())
+
+
+def test_checkout_settings_come_from_dot_env(checkout):
+    env = clean_env(checkout)
+    code = (
+        "from django.conf import settings as s; print(s.DATABASES['default']['NAME'])"
+    )
+    line = f'.venv/bin/python manage.py shell --no-imports -c "{code}"'
+    result = run(checkout, env, [], line)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(checkout / "var" / "scheduler.db")
+    # Real environment variables win over the file.
+    other = checkout / "var" / "other.db"
+    result = run(checkout, {**env, "DATA_PATH": str(other)}, [], line)
+    assert result.stdout.strip() == str(other)
+    # KSSCHED_READ_DOT_ENV=0 turns the file off: no secret key then.
+    result = run(checkout, {**env, "KSSCHED_READ_DOT_ENV": "0"}, [], line)
+    assert result.returncode != 0
+    assert "SECRET_KEY" in result.stderr
+
+
+@pytest.mark.skipif(Path("/data").exists(), reason="/data exists on this machine")
+def test_unset_data_path_creates_no_folder_outside_the_checkout(checkout):
+    env = {**clean_env(checkout), "KSSCHED_READ_DOT_ENV": "0", "SECRET_KEY": "x" * 50}
+    result = run(checkout, env, [], ".venv/bin/python manage.py migrate --noinput")
+    assert result.returncode != 0
+    assert "DATA_PATH is not set and /data does not exist" in result.stderr
+    assert not Path("/data").exists()
