@@ -20,7 +20,7 @@ from django.db import OperationalError, connection
 from django.test import override_settings
 
 from history import audit, corrections
-from history.models import KeyNode, NodeRecord, Placement, WatchState
+from history.models import CountAdjustment, KeyNode, NodeRecord, Placement, WatchState
 from history.watcher import kube, metrics, state
 from history.watcher.heartbeat import Heartbeat, heartbeat_age
 from history.watcher.lease import LeaderElector
@@ -301,12 +301,18 @@ def test_a_rolled_back_attempt_is_not_counted_in_the_metrics(api, server):
 def unwritable_pod(uid, label, node):
     """Make the placement of pod `uid` fail with a data error on every attempt.
 
-    PostgreSQL: the count of (label, node) is at the bigint maximum (an admin edit),
-    so the next increment is out of range. SQLite has no such limit (it turns to a
-    float), so a trigger rejects the ledger row instead.
+    PostgreSQL: the count of (label, node) is at the bigint maximum (written before
+    counts were bounded, or by hand in SQL), so the next increment is out of range.
+    SQLite has no such limit (it turns to a float), so a trigger rejects the ledger
+    row instead.
     """
     if connection.vendor == "postgresql":
-        corrections.create_key_node(key=label, node=node, count=2**63 - 1, actor="ops")
+        corrections.create_key_node(key=label, node=node, count=1, actor="ops")
+        huge = 2**63 - 1
+        KeyNode.objects.filter(key=label, node=node).update(count=huge)
+        CountAdjustment.objects.create(
+            key=label, node=node, delta=huge - 1, reason="admin_edit", actor="ops"
+        )
         yield
         return
     with connection.cursor() as cursor:
