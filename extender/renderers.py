@@ -4,7 +4,7 @@ import orjson
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
 
-from extender.serializers import HostPriorityList
+from extender.wire import HostPriorityList
 
 
 class ORJSONRenderer(BaseRenderer):

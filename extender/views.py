@@ -1,6 +1,6 @@
 """The extender endpoints kube-scheduler calls, and the version endpoint.
 
-Each view parses with `serializers`, calls a strategy and renders; nothing here writes
+Each view parses with `wire`, calls a strategy and renders; nothing here writes
 to the database. The extender views carry no authentication: only kube-scheduler in
 the same pod reaches them (see the deploy notes).
 """
@@ -23,13 +23,13 @@ from extender.renderers import (
     PlainTextRenderer,
 )
 from extender.scoring.strategies import get_strategy
-from extender.serializers import (
+from extender.webhook import explain_webhook
+from extender.wire import (
     HostPriorityList,
     extender_filter_result,
     parse_extender_args,
     unique_names,
 )
-from extender.webhook import explain_webhook
 from kssched import __version__
 
 logger = logging.getLogger(__name__)

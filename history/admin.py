@@ -12,14 +12,14 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.db.models import Count, Q
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from history import corrections, queries
+from history import corrections
+from history.admin_filters import ActiveFilter, CountFilter, KeyFilter, NodeFilter
 from history.exceptions import WriteLockTimeoutError
 from history.models import (
     CountAdjustment,
@@ -38,8 +38,6 @@ logger = logging.getLogger(__name__)
 # The pipeline page lives in the extender app (it needs the scoring strategy) and is
 # routed in kssched/urls.py under this name.
 PIPELINE_URL_NAME = "admin-pipeline"
-# Filters list the busiest values only: a cluster may have thousands of nodes.
-FILTER_CHOICES = 20
 WEIGHT_NOW_HELP = (
     "Weight now is what the warm scoring uses for a row: every placement counts 1 "
     "and halves every KSSCHED_HALF_LIFE_DAYS days, and it never exceeds the count. "
@@ -149,96 +147,6 @@ class HistoryModelAdmin(admin.ModelAdmin):
                 exc,
             )
             return write_lock_page(request, exc)
-
-
-class BusiestValuesFilter(admin.SimpleListFilter):
-    """Filter by a value, offering the busiest ones (and the one selected)."""
-
-    def busiest(self) -> list[str]:
-        raise NotImplementedError
-
-    def lookups(self, request, model_admin):
-        values = self.busiest()
-        if self.value() and self.value() not in values:
-            values.append(self.value())
-        return [(value, value) for value in values]
-
-
-class KeyFilter(BusiestValuesFilter):
-    title = "key"
-    parameter_name = "key"
-
-    def busiest(self):
-        totals = queries.key_totals()[:FILTER_CHOICES]
-        return [row["key"] for row in totals]
-
-    def queryset(self, request, queryset):
-        if not self.value():
-            return queryset
-        if queryset.model is Placement:
-            segment = queries.placements_with_key(key=self.value())
-            return queryset.filter(pk__in=segment.values("pk"))
-        return queryset.filter(key=self.value())
-
-
-class NodeFilter(BusiestValuesFilter):
-    title = "node"
-    parameter_name = "node"
-
-    def busiest(self):
-        rows = (
-            Placement.objects.values("node")
-            .annotate(n=Count("pk"))
-            .order_by("-n", "node")[:FILTER_CHOICES]
-        )
-        nodes = [row["node"] for row in rows]
-        if len(nodes) < FILTER_CHOICES:
-            more = KeyNode.objects.exclude(node__in=nodes).values_list(
-                "node", flat=True
-            )
-            nodes += list(
-                more.distinct().order_by("node")[: FILTER_CHOICES - len(nodes)]
-            )
-        return nodes
-
-    def queryset(self, request, queryset):
-        if self.value():
-            return queryset.filter(node=self.value())
-        return queryset
-
-
-class CountFilter(admin.SimpleListFilter):
-    title = "count"
-    parameter_name = "count_range"
-    ranges = {
-        "0": Q(count=0),
-        "1-9": Q(count__gte=1, count__lte=9),
-        "10-99": Q(count__gte=10, count__lte=99),
-        "100+": Q(count__gte=100),
-    }
-
-    def lookups(self, request, model_admin):
-        return [(name, name) for name in self.ranges]
-
-    def queryset(self, request, queryset):
-        if self.value() in self.ranges:
-            return queryset.filter(self.ranges[self.value()])
-        return queryset
-
-
-class ActiveFilter(admin.SimpleListFilter):
-    title = "pod state"
-    parameter_name = "active"
-
-    def lookups(self, request, model_admin):
-        return [("yes", "running (active)"), ("no", "finished")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "yes":
-            return queryset.filter(finished_at__isnull=True)
-        if self.value() == "no":
-            return queryset.filter(finished_at__isnull=False)
-        return queryset
 
 
 def csv_cell(value) -> str:

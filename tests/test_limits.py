@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from extender.parsers import estimate_decoded_bytes
-from extender.serializers import is_valid_label_value
+from extender.wire import is_valid_label_value
 from history.ledger import increment_key_nodes
 from tests.helpers import load_fixture, run_gunicorn
 

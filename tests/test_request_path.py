@@ -14,8 +14,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.test import APIClient
 
 from extender import parsers
-from extender.serializers import HostPriorityList, unique_names
 from extender.views import AlwaysTruePredicateView, PipelinePriorityView
+from extender.wire import HostPriorityList, unique_names
 from kssched import middleware
 
 FILTER_URL = "/scheduler/predicates/alwaystrue"

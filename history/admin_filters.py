@@ -1,0 +1,101 @@
+"""List filters of the history admin: by key, by node (the busiest values), by count
+range and by pod state."""
+
+from django.contrib import admin
+from django.db.models import Count, Q
+
+from history import queries
+from history.models import KeyNode, Placement
+
+# Filters list the busiest values only: a cluster may have thousands of nodes.
+FILTER_CHOICES = 20
+
+
+class BusiestValuesFilter(admin.SimpleListFilter):
+    """Filter by a value, offering the busiest ones (and the one selected)."""
+
+    def busiest(self) -> list[str]:
+        raise NotImplementedError
+
+    def lookups(self, request, model_admin):
+        values = self.busiest()
+        if self.value() and self.value() not in values:
+            values.append(self.value())
+        return [(value, value) for value in values]
+
+
+class KeyFilter(BusiestValuesFilter):
+    title = "key"
+    parameter_name = "key"
+
+    def busiest(self):
+        totals = queries.key_totals()[:FILTER_CHOICES]
+        return [row["key"] for row in totals]
+
+    def queryset(self, request, queryset):
+        if not self.value():
+            return queryset
+        if queryset.model is Placement:
+            segment = queries.placements_with_key(key=self.value())
+            return queryset.filter(pk__in=segment.values("pk"))
+        return queryset.filter(key=self.value())
+
+
+class NodeFilter(BusiestValuesFilter):
+    title = "node"
+    parameter_name = "node"
+
+    def busiest(self):
+        rows = (
+            Placement.objects.values("node")
+            .annotate(n=Count("pk"))
+            .order_by("-n", "node")[:FILTER_CHOICES]
+        )
+        nodes = [row["node"] for row in rows]
+        if len(nodes) < FILTER_CHOICES:
+            more = KeyNode.objects.exclude(node__in=nodes).values_list(
+                "node", flat=True
+            )
+            nodes += list(
+                more.distinct().order_by("node")[: FILTER_CHOICES - len(nodes)]
+            )
+        return nodes
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(node=self.value())
+        return queryset
+
+
+class CountFilter(admin.SimpleListFilter):
+    title = "count"
+    parameter_name = "count_range"
+    ranges = {
+        "0": Q(count=0),
+        "1-9": Q(count__gte=1, count__lte=9),
+        "10-99": Q(count__gte=10, count__lte=99),
+        "100+": Q(count__gte=100),
+    }
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in self.ranges]
+
+    def queryset(self, request, queryset):
+        if self.value() in self.ranges:
+            return queryset.filter(self.ranges[self.value()])
+        return queryset
+
+
+class ActiveFilter(admin.SimpleListFilter):
+    title = "pod state"
+    parameter_name = "active"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "running (active)"), ("no", "finished")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(finished_at__isnull=True)
+        if self.value() == "no":
+            return queryset.filter(finished_at__isnull=False)
+        return queryset
