@@ -259,8 +259,10 @@ def server_env(workdir: Path) -> dict:
         "DEBUG": "0",
         "LOG_LEVEL": "WARNING",
         "DATA_PATH": str(workdir / "scheduler.db"),
-        # 5000 full Node objects are 69 MB, over the default limit.
+        # 5000 full Node objects are 69 MB, over the default limit, and eight of them
+        # at once take longer to arrive than the default 2 s read deadline.
         "KSSCHED_MAX_BODY_BYTES": str(128 * 2**20),
+        "KSSCHED_EXTENDER_READ_TIMEOUT": "30",
     }
     for name in ("DATABASE_URL", "KSSCHED_EXTENDER_WORKERS", "KSSCHED_SCORING"):
         if os.environ.get(name):
