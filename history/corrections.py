@@ -19,8 +19,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from history.ledger import add_counts_on_conflict
 from history.models import MAX_COUNT, CountAdjustment, KeyNode
-from history.recency import carried_weight_sql, halvings_sql
 
 # Rows per statement in bulk corrections. The rows travel as one parameter per
 # column (an array on PostgreSQL, JSON on SQLite), so the statement's text stays
@@ -59,18 +59,7 @@ def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> N
     at = now.timestamp()
     # Stored as the ORM stores it (SQLite: naive UTC text).
     stamp = connection.ops.adapt_datetimefield_value(now)
-    stored, new = f"{table}.decayed_at", "excluded.decayed_at"
-    carried = carried_weight_sql(
-        count=f"{table}.count", weight=f"{table}.decayed_weight", at=stored, later=new
-    )
-    update = (
-        f"ON CONFLICT (key, node) DO UPDATE SET "
-        f"count = {table}.count + excluded.count, "
-        f"decayed_weight = {carried} "
-        f"+ excluded.decayed_weight * {halvings_sql(stored, new)}, "
-        f"decayed_at = CASE WHEN {new} > {stored} THEN {new} ELSE {stored} END, "
-        f"updated = excluded.updated"
-    )
+    update = add_counts_on_conflict(placed=False)
     with connection.cursor() as cursor:
         for start in range(0, len(added), BULK_ROWS):
             rows, params = _rows_table(added[start : start + BULK_ROWS])

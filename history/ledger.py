@@ -57,23 +57,38 @@ def increment_key_nodes(
     params: list = []
     for key in unique_keys:
         params += [key, node, by, float(by), at, now, now, now]
+    sql = (
+        f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
+        f"last_placed_at, created, updated) "
+        f"VALUES {rows} {add_counts_on_conflict(placed=True)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def add_counts_on_conflict(*, placed: bool) -> str:
+    """The ON CONFLICT clause of an insert into KeyNode that adds the new rows'
+    counts to existing rows, as placements made at the new rows' `decayed_at`.
+
+    The stored weight is carried to the later of the two instants (a row without
+    recency state starts from its count) and the new weight, carried there too, is
+    added: the one home of this arithmetic (`recency.accumulate_decayed` does the
+    same in Python). `placed` also moves `last_placed_at` (hand edits leave it).
+    """
+    table = KeyNode._meta.db_table
     stored, new = f"{table}.decayed_at", "excluded.decayed_at"
     carried = carried_weight_sql(
         count=f"{table}.count", weight=f"{table}.decayed_weight", at=stored, later=new
     )
-    sql = (
-        f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
-        f"last_placed_at, created, updated) "
-        f"VALUES {rows} "
+    placed_at = "last_placed_at = excluded.last_placed_at, " if placed else ""
+    return (
         f"ON CONFLICT (key, node) DO UPDATE SET "
         f"count = {table}.count + excluded.count, "
         f"decayed_weight = {carried} "
         f"+ excluded.decayed_weight * {halvings_sql(stored, new)}, "
         f"decayed_at = CASE WHEN {new} > {stored} THEN {new} ELSE {stored} END, "
-        f"last_placed_at = excluded.last_placed_at, updated = excluded.updated"
+        f"{placed_at}updated = excluded.updated"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
 
 
 def record_placement(
