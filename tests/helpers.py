@@ -193,3 +193,27 @@ def _running(arguments: list[str], env: dict[str, str], ports: list[int], name):
             process.kill()
             process.wait()
         log.close()
+
+
+def in_other_connection(work) -> None:
+    """Run `work` in a thread, so on its own database connection; re-raise what it
+    raised."""
+    import threading
+
+    from django.db import connection
+
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]

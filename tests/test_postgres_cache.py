@@ -4,7 +4,6 @@ and it starts over when it cannot be sure."""
 import http.client
 import http.cookiejar
 import re
-import threading
 import urllib.parse
 import urllib.request
 from datetime import timedelta
@@ -23,7 +22,7 @@ from history.reader import history_reader, postgres_cache
 from history.reader.postgres_cache import PostgresCacheReader
 from history.reader.sql import SqlReader
 from history.watcher.state import record_node_seen
-from tests.helpers import run_gunicorn
+from tests.helpers import in_other_connection, run_gunicorn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -103,27 +102,10 @@ def test_writes_from_every_path_reach_every_worker():
         place(f"p{i}", label, NODES[i % 5])
     caches = [PostgresCacheReader(), PostgresCacheReader()]
 
-    def in_worker(cache):
-        """Check `cache` on its own thread and connection, as a worker would."""
-        errors = []
-
-        def run():
-            try:
-                assert_exact(cache)
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                errors.append(exc)
-            finally:
-                connection.close()
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join()
-        if errors:
-            raise errors[0]
-
     def check():
+        # Each cache on its own thread and connection, as a worker would.
         for cache in caches:
-            in_worker(cache)
+            in_other_connection(lambda cache=cache: assert_exact(cache))
 
     check()
     rows = list(KeyNode.objects.order_by("pk"))

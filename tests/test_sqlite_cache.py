@@ -4,7 +4,6 @@ however."""
 
 import math
 import random
-import threading
 import time
 from datetime import UTC, datetime
 
@@ -19,6 +18,7 @@ from history.models import KeyNode, KeyPolicy, NodePolicy
 from history.reader import history_reader
 from history.reader.cache import CachedReader
 from history.watcher import state
+from tests.helpers import in_other_connection
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -66,25 +66,6 @@ def assert_agree():
         with transaction.atomic():
             fresh = SeedStrategy().score(label=label, nodes=NODES)
         assert kept == fresh, label
-
-
-def in_other_connection(work):
-    """Run `work` in a thread, so on its own database connection."""
-    errors = []
-
-    def run():
-        try:
-            work()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
 
 
 def test_cache_follows_every_kind_of_write():
