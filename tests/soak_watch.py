@@ -185,8 +185,9 @@ def hold_write_lock(seconds: float):
                 conn.set_autocommit(False)
                 cursor.execute(
                     "INSERT INTO history_watchstate (name, resource_version, "
-                    "relists, events, holder, updated) VALUES "
-                    "('pods', '', 0, 0, '', now()) ON CONFLICT (name) DO NOTHING"
+                    "relists, events, holder, skipped_events, last_skipped, updated) "
+                    "VALUES ('pods', '', 0, 0, '', 0, '', now()) "
+                    "ON CONFLICT (name) DO NOTHING"
                 )
                 conn.commit()
                 cursor.execute(
