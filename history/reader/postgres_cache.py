@@ -54,15 +54,19 @@ HORIZON_TABLE = "history_change_horizon"
 RETENTION_SECONDS = 300
 PRUNE_EVERY = 60.0
 
-# Prepared once per connection: planning it would cost more than running it.
+# Prepared once per connection: planning it would cost more than running it. The
+# limit is a literal and the horizon a scalar subquery, so the generic plan's
+# estimates stay small (an unknown LIMIT makes the planner expect millions of rows
+# and compile the statement with JIT, milliseconds per call).
 _LOOK = (
-    f"SELECT CAST(s AS TEXT), CAST(h.horizon AS TEXT), c.kind, c.key, c.node "
+    f"SELECT CAST(s AS TEXT), "
+    f"CAST((SELECT horizon FROM {HORIZON_TABLE} WHERE id = 1) AS TEXT), "
+    f"c.kind, c.key, c.node "
     f"FROM pg_current_snapshot() AS s "
-    f"CROSS JOIN {HORIZON_TABLE} AS h "
     f"LEFT JOIN LATERAL (SELECT kind, key, node FROM {CHANGE_TABLE} "
     f"WHERE xid >= pg_snapshot_xmin(CAST(%s AS pg_snapshot)) "
     f"AND NOT pg_visible_in_snapshot(xid, CAST(%s AS pg_snapshot)) "
-    f"LIMIT %s) AS c ON TRUE"
+    f"LIMIT {MAX_SYNC_PAIRS + 1}) AS c ON TRUE"
 )
 # Which database a connection talks to: the cluster and the database in it.
 _IDENTITY = (
@@ -155,11 +159,7 @@ class PostgresCacheReader(CachedReader):
                     row = cursor.fetchone()
                 self.raw, self.identity = raw, row[0] if row else None
             with psycopg.Cursor(raw) as cursor:
-                cursor.execute(
-                    _LOOK,
-                    [self.snapshot, self.snapshot, MAX_SYNC_PAIRS + 1],
-                    prepare=True,
-                )
+                cursor.execute(_LOOK, [self.snapshot, self.snapshot], prepare=True)
                 return cursor.fetchall()
 
     def _prune(self) -> None:
