@@ -17,8 +17,7 @@ from django.utils import timezone
 
 from history.labels import split_pipeline_label
 from history.models import MAX_COUNT, KeyNode, Placement
-from history.reader.model import rows_that_count
-from history.reader.sql import node_rows, replaced_since
+from history.reader.sql import SqlReader
 from history.recency import carried_weight_sql, halvings_sql
 
 
@@ -202,9 +201,9 @@ def classify_warmth(*, keys: Sequence[str], node: str) -> str:
     """
     if not keys:
         return Placement.Warmth.COLD
-    rows = node_rows(keys=list(dict.fromkeys(keys)), nodes=[node]).get(node, [])
-    since = replaced_since(nodes=[node]).get(node) if rows else None
-    warm = {key for key, _, _, _ in rows_that_count(rows, since)}
+    # In the caller's transaction: the plain statement, never a cache.
+    history = SqlReader().read(keys=keys, label="", nodes=[node])
+    warm = {key for key, _, _, _ in history.rows_that_count(node)}
     if keys[-1] in warm:
         return Placement.Warmth.EXACT
     if warm:

@@ -17,7 +17,13 @@ from django.db import connection
 
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
 from history.reader.model import LabelHistory, Policies, Revision
-from history.reader.sql import SqlReader, as_timestamp
+from history.reader.sql import (
+    NULL_NUMBER,
+    NULL_REAL,
+    NULL_TEXT,
+    SqlReader,
+    as_timestamp,
+)
 from history.recency import Row
 
 # Bounds on memory: beyond these, the cache starts again from empty.
@@ -30,10 +36,6 @@ MAX_CHANGES = 20000
 
 # Epoch numbers are unique in the process, whichever thread's cache makes them.
 _EPOCHS = itertools.count(1)
-
-_NULL_TEXT = "CAST(NULL AS TEXT)"
-_NULL_NUMBER = "CAST(NULL AS BIGINT)"
-_NULL_REAL = "CAST(NULL AS DOUBLE PRECISION)"
 
 
 class _Label:
@@ -193,7 +195,7 @@ class CachedReader:
         key_policies: dict[str, tuple[bool, float]] = {}
         node_policies: dict[str, dict[str, str]] = {}
         replaced: dict[str, float] = {}
-        text, number, real = _NULL_TEXT, _NULL_NUMBER, _NULL_REAL
+        text, number, real = NULL_TEXT, NULL_NUMBER, NULL_REAL
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT 0, node, label, {text}, COUNT(*), {real} "

@@ -15,8 +15,13 @@ from django.db import connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
-from history.reader.model import LabelHistory, Policies
+from history.reader.model import LabelHistory, Policies, empty_history
 from history.recency import Row
+
+# Typed NULLs: the columns of a UNION ALL must agree on PostgreSQL.
+NULL_TEXT = "CAST(NULL AS TEXT)"
+NULL_NUMBER = "CAST(NULL AS BIGINT)"
+NULL_REAL = "CAST(NULL AS DOUBLE PRECISION)"
 
 
 class SqlReader:
@@ -30,9 +35,7 @@ class SqlReader:
     ) -> LabelHistory:
         unique = list(dict.fromkeys(keys))
         if not unique or nodes is not None and not nodes:
-            return LabelHistory(
-                keys=tuple(keys), rows={}, replaced={}, active={}, busy={}
-            )
+            return empty_history(keys)
         node_params: list[str | list[str]] = []
         if nodes is None:
             condition = "1 = 1"
@@ -40,11 +43,7 @@ class SqlReader:
             condition, param = nodes_condition("node", nodes)
             node_params.append(param)
         marks = ", ".join(["%s"] * len(unique))
-        text, number, real = (
-            "CAST(NULL AS TEXT)",
-            "CAST(NULL AS BIGINT)",
-            "CAST(NULL AS DOUBLE PRECISION)",
-        )
+        text, number, real = NULL_TEXT, NULL_NUMBER, NULL_REAL
         sql = (
             f"WITH r AS (SELECT node, key, count, decayed_weight, decayed_at "
             f"FROM {KeyNode._meta.db_table} "
@@ -122,50 +121,6 @@ def nodes_condition(column: str, nodes: Sequence[str]) -> tuple[str, str | list[
     return f"{column} IN (SELECT value FROM json_each(%s))", orjson.dumps(
         list(nodes)
     ).decode()
-
-
-def node_rows(*, keys: Sequence[str], nodes: Sequence[str]) -> dict[str, list[Row]]:
-    """{node: [(key, count, decayed_weight, decayed_at), ...]} for the rows of the
-    distinct `keys` on `nodes` with count > 0."""
-    if not keys or not nodes:
-        return {}
-    condition, param = nodes_condition("node", nodes)
-    marks = ", ".join(["%s"] * len(keys))
-    sql = (
-        f"SELECT node, key, count, decayed_weight, decayed_at "
-        f"FROM {KeyNode._meta.db_table} "
-        f"WHERE key IN ({marks}) AND count > 0 AND {condition}"
-    )
-    # A plain cursor: thousands of rows per request, no model instances needed.
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*keys, param])
-        found = cursor.fetchall()
-    history: dict[str, list[Row]] = {}
-    for node, key, count, weight, at in found:
-        if node in history:
-            history[node].append((key, count, weight, at))
-        else:
-            history[node] = [(key, count, weight, at)]
-    return history
-
-
-def replaced_since(*, nodes: Sequence[str]) -> dict[str, float]:
-    """For replaced nodes among `nodes`: Unix seconds since which history counts.
-
-    Only nodes seen with a new UID (replacements > 0) are returned: a node seen for
-    the first time keeps the history recorded before ks-scheduler knew its UID.
-    """
-    if not nodes:
-        return {}
-    condition, param = nodes_condition("name", nodes)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT name, history_since FROM {NodeRecord._meta.db_table} "
-            f"WHERE replacements > 0 AND history_since IS NOT NULL AND {condition}",
-            [param],
-        )
-        found = cursor.fetchall()
-    return {name: as_timestamp(since) for name, since in found}
 
 
 def as_timestamp(value: datetime | str) -> float:
