@@ -30,6 +30,7 @@ from extender.wire import (
     parse_extender_args,
     unique_names,
 )
+from history.reader import reading_ahead
 from kssched import __version__
 
 logger = logging.getLogger(__name__)
@@ -115,10 +116,12 @@ class PipelinePriorityView(ExtenderView):
 
     def post(self, request):
         started = time.perf_counter()
-        args = parse_extender_args(request.data)
-        nodes = unique_names(args.candidate_names())
-        label = args.pod_label(settings.KSSCHED_PIPELINE_LABEL)
-        scores = get_strategy().score(label=label, nodes=nodes)
+        # The history's sync starts now and runs while the body is parsed.
+        with reading_ahead():
+            args = parse_extender_args(request.data)
+            nodes = unique_names(args.candidate_names())
+            label = args.pod_label(settings.KSSCHED_PIPELINE_LABEL)
+            scores = get_strategy().score(label=label, nodes=nodes)
         logger.debug(
             "Scored %d nodes for pod %s (label %r) in %.1f ms",
             len(nodes),

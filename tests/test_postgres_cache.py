@@ -12,13 +12,14 @@ import orjson
 import psycopg
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history import audit, corrections, ledger
 from history.models import KeyNode, KeyPolicy, NodePolicy
-from history.reader import history_reader, postgres_cache
+from history.reader import history_reader, postgres_cache, reading_ahead
+from history.reader.cache import MAX_SYNC_PAIRS
 from history.reader.postgres_cache import PostgresCacheReader
 from history.reader.sql import SqlReader
 from history.watcher.state import record_node_seen
@@ -190,6 +191,106 @@ def test_a_worker_behind_the_pruned_log_starts_over(monkeypatch):
     assert stale.starts == starts + 1
     # A worker that looked within the retention did not start over.
     assert fresh.starts == 1
+
+
+def test_more_changes_than_a_sync_takes_start_the_cache_over():
+    place("a")
+    cache = PostgresCacheReader()
+    assert_exact(cache)
+    before = cache.snapshot
+    KeyNode.objects.bulk_create(
+        KeyNode(key="ci-java-app", node=f"bulk-{i}", count=1)
+        for i in range(MAX_SYNC_PAIRS + 10)
+    )
+    # The look stops one row past the bound: enough to know it is exceeded.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM kssched_history_look(%s)", [before])
+        assert len(cursor.fetchall()) == MAX_SYNC_PAIRS + 1
+    assert_exact(cache)
+    assert cache.starts == 2
+
+
+def test_a_look_whose_prepared_statement_is_gone_is_sent_unprepared():
+    """Behind a transaction-pooling proxy a session's prepared statement can be
+    missing on the server session a call reaches: the look goes on unprepared."""
+    place("a")
+    cache = PostgresCacheReader()
+    assert_exact(cache)
+    assert cache.prepared
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE kssched_look")
+    place("b", node="n2")
+    assert_exact(cache)
+    assert not cache.prepared
+    place("c", node="n3")
+    assert_exact(cache)
+    assert cache.starts == 1
+
+
+def test_a_look_sent_ahead_answers_as_a_look_in_sync():
+    place("a")
+    cache = PostgresCacheReader()
+    assert_exact(cache)
+    place("b", node="n2")
+    cache.look_ahead()
+    assert cache.ahead is not None
+    assert_exact(cache)
+    assert cache.ahead is None
+    # A write committed after the look was sent shows in the next answer.
+    cache.look_ahead()
+    writer = raw_connection()
+    try:
+        writer.execute("UPDATE history_keynode SET count = count + 9 WHERE node = 'n2'")
+        writer.commit()
+    finally:
+        writer.close()
+    cache.sync()
+    assert_exact(cache)
+    assert cache.starts == 1
+
+
+def test_a_look_sent_ahead_and_never_taken_leaves_the_connection_idle():
+    place("a")
+    # The first look meets the connection; looks are sent ahead from then on.
+    assert_exact(history_reader())
+    with pytest.raises(ValueError):
+        with reading_ahead():
+            assert history_reader().ahead is not None
+            raise ValueError("the request failed before reading history")
+    assert history_reader().ahead is None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM history_keynode")
+        assert cursor.fetchone()[0] == KeyNode.objects.count() > 0
+    assert_exact(history_reader())
+
+
+def test_a_look_sent_ahead_on_a_connection_that_then_broke_is_sent_again():
+    place("a")
+    cache = PostgresCacheReader()
+    assert_exact(cache)
+    cache.look_ahead()
+    killer = raw_connection()
+    try:
+        killer.execute(
+            "SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid]
+        )
+        killer.execute("UPDATE history_keynode SET count = count + 3")
+        killer.commit()
+    finally:
+        killer.close()
+    assert_exact(cache)
+    assert cache.starts == 1
+
+
+def test_no_look_is_sent_ahead_inside_a_transaction():
+    place("a")
+    cache = PostgresCacheReader()
+    assert_exact(cache)
+    with transaction.atomic():
+        cache.look_ahead()
+        assert cache.ahead is None
+        KeyNode.objects.filter(node="n1").update(count=5)
+        assert_exact(cache)
 
 
 def test_a_different_database_starts_the_cache_over():

@@ -9,6 +9,8 @@ per-thread cache of its store (`sqlite_cache`, `postgres_cache`, both built on
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
 from django.db import connection
@@ -35,6 +37,7 @@ __all__ = [
     "Revision",
     "empty_history",
     "history_reader",
+    "reading_ahead",
     "rows_that_count",
 ]
 
@@ -57,3 +60,20 @@ def history_reader() -> HistoryReader:
             return _SQL
         setattr(_CACHES, connection.vendor, cache)
     return cache
+
+
+@contextmanager
+def reading_ahead() -> Iterator[None]:
+    """A block that reads history once it has done its own work (a view parsing
+    the request body, then scoring): the cache's sync starts on entry, so on
+    PostgreSQL its round trip overlaps that work. Whatever the block does, the
+    connection is left idle on exit."""
+    reader = history_reader()
+    if not isinstance(reader, CachedReader):
+        yield
+        return
+    reader.look_ahead()
+    try:
+        yield
+    finally:
+        reader.settle()

@@ -83,6 +83,12 @@ class CachedReader:
         """Bring the cache up to date: call `changed`, `extra_changed`, `clear`."""
         raise NotImplementedError
 
+    def look_ahead(self) -> None:
+        """Start the next `sync` now, if this store can (see `reading_ahead`)."""
+
+    def settle(self) -> None:
+        """Finish what `look_ahead` started if no `sync` did."""
+
     def read(
         self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:

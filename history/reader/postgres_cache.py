@@ -7,9 +7,13 @@ writing transaction, with that transaction's id: a KeyNode row change logs its
 watcher, a management command, raw SQL), the log is written.
 
 Each worker remembers the snapshot of its last look. Per call it runs one
-statement that returns the current snapshot (`pg_current_snapshot()`) together
-with the log rows its previous snapshot did not see (`NOT pg_visible_in_snapshot`,
-from that snapshot's xmin on, which the index on `xid` serves).
+statement, `kssched_history_look` (migration 0010; its one query runs under the
+calling statement's snapshot), that returns the current snapshot
+(`pg_current_snapshot()`) together with the log rows its previous snapshot did not
+see (`NOT pg_visible_in_snapshot`, from that snapshot's xmin on, which the index on
+`xid` serves). `pg_look` sends it, prepared per connection; a view sends it
+ahead (`look_ahead`, see `history.reader.reading_ahead`) so that the round trip
+overlaps parsing the request.
 
 Why nothing is missed, whatever the commit order of concurrent writers: the
 snapshot and the rows come from one statement, so they describe the same state.
@@ -42,7 +46,9 @@ import time
 import psycopg
 from django.db import connection
 from django.db.utils import Error as DjangoDatabaseError
+from psycopg import pq
 
+from history.reader import pg_look
 from history.reader.cache import MAX_SYNC_PAIRS, CachedReader
 
 logger = logging.getLogger(__name__)
@@ -54,20 +60,6 @@ HORIZON_TABLE = "history_change_horizon"
 RETENTION_SECONDS = 300
 PRUNE_EVERY = 60.0
 
-# Prepared once per connection: planning it would cost more than running it. The
-# limit is a literal and the horizon a scalar subquery, so the generic plan's
-# estimates stay small (an unknown LIMIT makes the planner expect millions of rows
-# and compile the statement with JIT, milliseconds per call).
-_LOOK = (
-    f"SELECT CAST(s AS TEXT), "
-    f"CAST((SELECT horizon FROM {HORIZON_TABLE} WHERE id = 1) AS TEXT), "
-    f"c.kind, c.key, c.node "
-    f"FROM pg_current_snapshot() AS s "
-    f"LEFT JOIN LATERAL (SELECT kind, key, node FROM {CHANGE_TABLE} "
-    f"WHERE xid >= pg_snapshot_xmin(CAST(%s AS pg_snapshot)) "
-    f"AND NOT pg_visible_in_snapshot(xid, CAST(%s AS pg_snapshot)) "
-    f"LIMIT {MAX_SYNC_PAIRS + 1}) AS c ON TRUE"
-)
 # Which database a connection talks to: the cluster and the database in it.
 _IDENTITY = (
     "SELECT CONCAT(sys.system_identifier, '/', d.oid) "
@@ -102,9 +94,13 @@ class PostgresCacheReader(CachedReader):
         # How often this cache started over (for tests and the logs).
         self.starts = 0
         # The driver connection last used, and the database it reaches.
-        self.raw: object | None = None
+        self.raw: psycopg.Connection | None = None
         self.identity: str | None = None
         self.pruned_at = time.monotonic()
+        # The connection a look was sent on ahead of `sync` (see `look_ahead`).
+        self.ahead: psycopg.Connection | None = None
+        # Whether the look is sent as the connection's prepared statement.
+        self.prepared = True
 
     def clear(self) -> None:
         super().clear()
@@ -147,20 +143,70 @@ class PostgresCacheReader(CachedReader):
             self.pruned_at = time.monotonic()
             self._prune()
 
+    def look_ahead(self) -> None:
+        """Send this request's look now; `sync` takes its answer.
+
+        The round trip then overlaps the caller's own work (reading and parsing the
+        request body) instead of adding to it. Only on the connection that is open
+        and idle, outside transactions: otherwise `sync` looks as usual. The look's
+        snapshot is taken when the request is already being served, so it sees every
+        write committed before the request was sent, as a look inside `sync` does.
+        """
+        raw = self.raw
+        if (
+            self.ahead is not None
+            or raw is None
+            or raw is not connection.connection
+            or connection.in_atomic_block
+            or raw.pgconn.transaction_status != pq.TransactionStatus.IDLE
+        ):
+            return
+        try:
+            pg_look.send(raw.pgconn, self.snapshot, prepared=self.prepared)
+        except psycopg.Error:
+            # A broken connection: `sync` reopens it.
+            return
+        self.ahead = raw
+
+    def settle(self) -> None:
+        """Take the answer of a look sent ahead that no `sync` took (the request
+        ended before reading any history), so the connection is idle again."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and not ahead.closed:
+            try:
+                pg_look.take(ahead.pgconn)
+            except psycopg.Error as exc:
+                logger.warning("A history look sent ahead failed: %s", exc)
+
     def _look(self) -> list[tuple]:
         """The current snapshot and the log rows the previous one did not see."""
+        ahead, self.ahead = self.ahead, None
         connection.ensure_connection()
         raw = connection.connection
         with connection.wrap_database_errors:
             if raw is not self.raw:
-                # A new connection may reach another database: ask which.
-                with psycopg.Cursor(raw) as cursor:
-                    cursor.execute(_IDENTITY)
-                    row = cursor.fetchone()
-                self.raw, self.identity = raw, row[0] if row else None
-            with psycopg.Cursor(raw) as cursor:
-                cursor.execute(_LOOK, [self.snapshot, self.snapshot], prepare=True)
-                return cursor.fetchall()
+                self._meet(raw)
+            if ahead is not raw:
+                pg_look.send(raw.pgconn, self.snapshot, prepared=self.prepared)
+            try:
+                return pg_look.take(raw.pgconn)
+            except psycopg.errors.InvalidSqlStatementName:
+                logger.info(
+                    "The prepared history look is gone (a transaction-pooling "
+                    "proxy?): sending it unprepared from now on"
+                )
+                self.prepared = False
+                pg_look.send(raw.pgconn, self.snapshot, prepared=False)
+                return pg_look.take(raw.pgconn)
+
+    def _meet(self, raw: psycopg.Connection) -> None:
+        """A new connection: ask which database it reaches, prepare the look."""
+        with psycopg.ClientCursor(raw) as cursor:
+            cursor.execute(_IDENTITY)
+            row = cursor.fetchone()
+        pg_look.prepare(raw)
+        self.raw, self.identity = raw, row[0] if row else None
+        self.prepared = True
 
     def _prune(self) -> None:
         """Drop log rows no worker that looked within the retention still needs."""
