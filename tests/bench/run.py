@@ -15,8 +15,10 @@ with node names and with full Node objects, it measures:
   them, each on a new connection (sync workers answer `Connection: close`);
 - throughput with 8 clients at once.
 
-Floor and server are measured in alternating rounds so that both see the same
-machine noise; every figure is reported as a ratio to the floor. The table goes to
+The floor and the servers (both backends with `--backends`, all running at once)
+are measured in alternating rounds so that all of them see the same machine noise;
+every figure is reported as a ratio to the floor, and PostgreSQL's also as a ratio
+to SQLite's. The table goes to
 stdout and everything to a JSON file.
 """
 
@@ -302,8 +304,10 @@ def prepare_here() -> str:
         batch_size=2000,
     )
     if connection.vendor == "postgresql":
+        # Loading left dead rows in the history and its change log: vacuumed now,
+        # so autovacuum does not run during the measurements (steady state).
         with connection.cursor() as cursor:
-            cursor.execute(f"ANALYZE {KeyNode._meta.db_table}")
+            cursor.execute("VACUUM (ANALYZE)")
     else:
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
@@ -328,35 +332,47 @@ def check_answer(verb: str, body: bytes, count: int) -> None:
         raise RuntimeError(f"{verb} answered {len(got)} nodes, expected {count}")
 
 
-def measure(case: Case, request: bytes, app_port: int, floor_port: int, quick: bool):
+def measure(
+    cases: dict[str, Case],
+    request: bytes,
+    app_ports: dict[str, int],
+    floor_port: int,
+    quick: bool,
+):
+    """One case on every server: the floor and each backend serve alternating
+    rounds (in turn first), so all of them see the same machine noise."""
+    case = next(iter(cases.values()))
     serial_n, concurrent_n = ITERATIONS[(case.mode, case.nodes)]
     if quick:
         serial_n, concurrent_n = max(5, serial_n // 20), max(8, concurrent_n // 20)
-    for port in (floor_port, app_port):
+    ports = {"floor": floor_port, **app_ports}
+    for port in ports.values():
         status, body = call(port, request, keep=True)
         if status != 200:
             raise RuntimeError(f"{case.verb} answered {status}: {body[:300]!r}")
         check_answer(case.verb, body, case.nodes)
         del body
         serial(port, request, min(10, serial_n))  # warm up
-    app_times: list[float] = []
-    floor_times: list[float] = []
+    times: dict[str, list[float]] = {name: [] for name in ports}
     per_round = max(1, serial_n // ROUNDS)
+    order = list(ports)
     for _ in range(ROUNDS):
-        floor_times += serial(floor_port, request, per_round)
-        app_times += serial(app_port, request, per_round)
-    floor_rps = concurrent(floor_port, request, concurrent_n)
-    app_rps = concurrent(app_port, request, concurrent_n)
-    case.floor = stats(floor_times, floor_rps)
-    case.app = stats(app_times, app_rps)
-    case.target = TARGETS.get((case.verb, case.mode, case.nodes))
-    ratio = case.app.p50 / case.floor.p50
-    case.checks = {
-        "p50_ratio": round(ratio, 3),
-        "p99_over_p50": round(case.app.p99 / case.app.p50, 3),
-        "p50_target_met": None if case.target is None else ratio <= case.target,
-        "p99_target_met": case.app.p99 <= P99_OVER_P50 * case.app.p50,
-    }
+        for name in order:
+            times[name] += serial(ports[name], request, per_round)
+        order = order[1:] + order[:1]
+    floor = stats(times["floor"], concurrent(floor_port, request, concurrent_n))
+    for vendor, case in cases.items():
+        app_rps = concurrent(app_ports[vendor], request, concurrent_n)
+        case.floor = floor
+        case.app = stats(times[vendor], app_rps)
+        case.target = TARGETS.get((case.verb, case.mode, case.nodes))
+        ratio = case.app.p50 / case.floor.p50
+        case.checks = {
+            "p50_ratio": round(ratio, 3),
+            "p99_over_p50": round(case.app.p99 / case.app.p50, 3),
+            "p50_target_met": None if case.target is None else ratio <= case.target,
+            "p99_target_met": case.app.p99 <= P99_OVER_P50 * case.app.p50,
+        }
 
 
 def machine() -> dict:
@@ -412,11 +428,19 @@ def table(cases: list[Case]) -> str:
     return "\n".join(lines)
 
 
-def run_backend(env: dict, log_path: Path, options, floor_port: int) -> list[Case]:
-    """Every case against one ks-scheduler server on `env`'s database."""
-    app, app_port = start_gunicorn("kssched.wsgi", env, log_path)
-    cases: list[Case] = []
+def run_backends(
+    backends: dict[str, dict], workdir: Path, options, floor_port: int
+) -> dict[str, list[Case]]:
+    """Every case against one ks-scheduler server per backend (vendor -> its
+    environment), all running at once and measured in the same rounds."""
+    servers: dict[str, subprocess.Popen] = {}
+    ports: dict[str, int] = {}
+    results: dict[str, list[Case]] = {vendor: [] for vendor in backends}
     try:
+        for vendor, env in backends.items():
+            servers[vendor], ports[vendor] = start_gunicorn(
+                "kssched.wsgi", env, workdir / f"app-{vendor}.log"
+            )
         for mode in ("names", "nodes"):
             for nodes in (100, 1000, 5000):
                 body = data.request_body(nodes, full_nodes=mode == "nodes")
@@ -429,20 +453,27 @@ def run_backend(env: dict, log_path: Path, options, floor_port: int) -> list[Cas
                         name.startswith(part) for part in options.only.split(",")
                     ):
                         continue
-                    case = Case(verb=verb, mode=mode, nodes=nodes, body_bytes=len(body))
+                    cases = {
+                        vendor: Case(
+                            verb=verb, mode=mode, nodes=nodes, body_bytes=len(body)
+                        )
+                        for vendor in backends
+                    }
                     print(f"  {name} ...", flush=True)
                     measure(
-                        case,
+                        cases,
                         build_request(path, body),
-                        app_port,
+                        ports,
                         floor_port,
                         options.quick,
                     )
-                    cases.append(case)
+                    for vendor, case in cases.items():
+                        results[vendor].append(case)
                 del body
     finally:
-        stop(app)
-    return cases
+        for server in servers.values():
+            stop(server)
+    return results
 
 
 # PostgreSQL beside SQLite in one run: p50 at most this multiple of SQLite's.
@@ -523,15 +554,13 @@ def main(argv: list[str] | None = None) -> int:
         backend_env["DATA_PATH"] = str(workdir / f"{backend}.db")
         backend_env["PROMETHEUS_MULTIPROC_DIR"] = str(workdir / f"prom-{backend}")
         runs.append(backend_env)
-    results: dict[str, list[Case]] = {}
     try:
+        backends: dict[str, dict] = {}
         for backend_env in runs or [env]:
             print(f"Loading {data.KEYNODE_ROWS} KeyNode rows ...", flush=True)
-            vendor = prepare_database(backend_env)
-            print(f"Measuring on {vendor} ...", flush=True)
-            results[vendor] = run_backend(
-                backend_env, workdir / f"app-{vendor}.log", options, floor_port
-            )
+            backends[prepare_database(backend_env)] = backend_env
+        print(f"Measuring on {', '.join(backends)} ...", flush=True)
+        results = run_backends(backends, workdir, options, floor_port)
     finally:
         stop(floor)
 
