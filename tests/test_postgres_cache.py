@@ -18,7 +18,7 @@ from django.utils import timezone
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history import audit, corrections, ledger
 from history.models import KeyNode, KeyPolicy, NodePolicy
-from history.reader import history_reader, postgres_cache, reading_ahead
+from history.reader import history_reader, pg_look, postgres_cache, reading_ahead
 from history.reader.cache import MAX_SYNC_PAIRS
 from history.reader.postgres_cache import PostgresCacheReader
 from history.reader.sql import SqlReader
@@ -204,10 +204,33 @@ def test_more_changes_than_a_sync_takes_start_the_cache_over():
     )
     # The look stops one row past the bound: enough to know it is exceeded.
     with connection.cursor() as cursor:
-        cursor.execute("SELECT * FROM kssched_history_look(%s)", [before])
+        cursor.execute(pg_look.QUERY.replace("$1", "%s"), [before, before])
         assert len(cursor.fetchall()) == MAX_SYNC_PAIRS + 1
     assert_exact(cache)
     assert cache.starts == 2
+
+
+def test_the_look_reads_the_change_log_through_its_index():
+    """A freshly loaded log has no statistics yet: a sequential scan of it would
+    cost milliseconds per call, in the custom plans and in the generic one."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO history_change (kind, key, node) "
+            "SELECT 0, 'ci', 'n' || i FROM generate_series(1, 100000) AS i"
+        )
+        cursor.execute("SELECT CAST(pg_current_snapshot() AS text)")
+        snapshot = cursor.fetchone()[0]
+        cursor.execute(pg_look.PREPARE.replace("kssched_look", "look_plan"))
+        try:
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                cursor.execute(f"SET plan_cache_mode = {mode}")
+                cursor.execute("EXPLAIN EXECUTE look_plan(%s)", [snapshot])
+                plan = "\n".join(row[0] for row in cursor.fetchall())
+                assert "history_change_xid" in plan, plan
+                assert "Seq Scan on history_change " not in plan, plan
+        finally:
+            cursor.execute("RESET plan_cache_mode")
+            cursor.execute("DEALLOCATE look_plan")
 
 
 def test_a_look_whose_prepared_statement_is_gone_is_sent_unprepared():

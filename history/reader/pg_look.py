@@ -1,17 +1,19 @@
 """The PostgreSQL cache's look on the wire: sent on the driver's connection, taken
 when the answer is needed.
 
-The look is one call of `kssched_history_look(previous)` (migration 0010). It is
-sent with libpq's asynchronous calls, so a caller can send it, do its own work
-while the server answers, and take the answer afterwards (`history.reader.
-reading_ahead`). Between `send` and `take` nothing else may use the connection.
+The look is one statement: the current snapshot, the log's horizon, and the log
+rows the `previous` snapshot did not see, all under one snapshot (see
+`history.reader.postgres_cache` for why that is exact). It is sent with libpq's
+asynchronous calls, so a caller can send it, do its own work while the server
+answers, and take the answer afterwards (`history.reader.reading_ahead`). Between
+`send` and `take` nothing else may use the connection.
 
-Each connection prepares the call once (`PREPARE kssched_look`), so the server
-neither parses nor plans it per call. Behind a transaction-pooling proxy the
-statements of one client session can reach server sessions where it was never
-prepared: the answer "prepared statement does not exist" is raised as
-`psycopg.errors.InvalidSqlStatementName`, and the caller sends the call unprepared
-from then on.
+Each connection prepares it once (`PREPARE kssched_look`), so the server neither
+parses nor plans it per call. Behind a transaction-pooling proxy the statements of
+one client session can reach server sessions where it was never prepared: the
+answer "prepared statement does not exist" is raised as
+`psycopg.errors.InvalidSqlStatementName`, and the caller sends the statement's text
+from then on (parsed and planned per call: about 0.1 ms more).
 """
 
 from __future__ import annotations
@@ -21,9 +23,27 @@ import select
 import psycopg
 from psycopg import pq
 
+from history.reader.cache import MAX_SYNC_PAIRS
+
 NAME = b"kssched_look"
-CALL = "SELECT * FROM kssched_history_look($1)"
-PREPARE = f"PREPARE kssched_look(text) AS {CALL}"
+# Each use of the parameter goes through a scalar subquery and the limit is a
+# literal, so the planner has nothing to fold into a custom plan and keeps the
+# generic one after five runs (an unknown LIMIT would make it expect millions of
+# rows and compile the statement with JIT). ORDER BY xid keeps the index scan even
+# when the log's statistics are missing or stale: a sequential scan of a log of
+# 100 000 rows costs milliseconds. More rows than MAX_SYNC_PAIRS mean "start over",
+# so one more is enough.
+QUERY = (
+    "SELECT CAST(s AS text), "
+    "CAST((SELECT h.horizon FROM history_change_horizon AS h WHERE h.id = 1) AS text), "
+    "c.kind, c.key, c.node "
+    "FROM pg_current_snapshot() AS s "
+    "LEFT JOIN LATERAL (SELECT l.kind, l.key, l.node FROM history_change AS l "
+    "WHERE l.xid >= (SELECT pg_snapshot_xmin(CAST($1 AS pg_snapshot))) "
+    "AND NOT pg_visible_in_snapshot(l.xid, (SELECT CAST($1 AS pg_snapshot))) "
+    f"ORDER BY l.xid LIMIT {MAX_SYNC_PAIRS + 1}) AS c ON TRUE"
+)
+PREPARE = f"PREPARE kssched_look(text) AS {QUERY}"
 
 
 def prepare(raw: psycopg.Connection) -> None:
@@ -41,7 +61,7 @@ def send(pgconn: pq.abc.PGconn, previous: str | None, *, prepared: bool) -> None
     if prepared:
         pgconn.send_query_prepared(NAME, parameters)
     else:
-        pgconn.send_query_params(CALL.encode(), parameters)
+        pgconn.send_query_params(QUERY.encode(), parameters)
     while pgconn.flush():
         _wait(pgconn.socket, select.POLLOUT)
 

@@ -7,13 +7,12 @@ writing transaction, with that transaction's id: a KeyNode row change logs its
 watcher, a management command, raw SQL), the log is written.
 
 Each worker remembers the snapshot of its last look. Per call it runs one
-statement, `kssched_history_look` (migration 0010; its one query runs under the
-calling statement's snapshot), that returns the current snapshot
+statement (`pg_look`, prepared per connection) that returns the current snapshot
 (`pg_current_snapshot()`) together with the log rows its previous snapshot did not
 see (`NOT pg_visible_in_snapshot`, from that snapshot's xmin on, which the index on
-`xid` serves). `pg_look` sends it, prepared per connection; a view sends it
-ahead (`look_ahead`, see `history.reader.reading_ahead`) so that the round trip
-overlaps parsing the request.
+`xid` serves). A view sends it ahead (`look_ahead`, see
+`history.reader.reading_ahead`) so that the round trip overlaps parsing the
+request.
 
 Why nothing is missed, whatever the commit order of concurrent writers: the
 snapshot and the rows come from one statement, so they describe the same state.
