@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 FILTER_PATH = "/scheduler/predicates/alwaystrue"
 PRIORITIZE_PATH = "/scheduler/priorities/pipeline"
 CONCURRENCY = 8
-ROUNDS = 5
+ROUNDS = 10
 
 # (mode, nodes): (serial iterations, concurrent requests). A 5000 full-node body is
 # about 70 MB, so those cases run only a few times.
