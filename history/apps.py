@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core.signals import request_finished
 from django.db.models.signals import post_migrate
 
 
@@ -9,7 +10,10 @@ class HistoryConfig(AppConfig):
     def ready(self):
         # Imported here: models can only be imported once the registry is ready.
         from history.importing import after_migrate
+        from history.reader import after_request
 
         # The Go ks-scheduler's table, found in this very database, is imported
         # once after `migrate` (the init container runs it at every start).
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="history-import")
+        # The history cache's housekeeping runs once a reply is sent.
+        request_finished.connect(after_request, dispatch_uid="history-cache-after")

@@ -4,6 +4,7 @@ and it starts over when it cannot be sure."""
 import http.client
 import http.cookiejar
 import re
+import time
 import urllib.parse
 import urllib.request
 from datetime import timedelta
@@ -13,6 +14,7 @@ import psycopg
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.test import Client
 from django.utils import timezone
 
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
@@ -23,11 +25,19 @@ from history.reader.cache import MAX_SYNC_PAIRS
 from history.reader.postgres_cache import PostgresCacheReader
 from history.reader.sql import SqlReader
 from history.watcher.state import record_node_seen
-from tests.helpers import in_other_connection, run_gunicorn
+from tests.helpers import in_other_connection, load_fixture, run_gunicorn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 NODES = [f"n{i}" for i in range(12)]
+
+
+@pytest.fixture(autouse=True)
+def empty_change_log(transactional_db):
+    """The log is not a model, so the test database's flush leaves it: each test
+    starts without the rows of the ones before."""
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM history_change")
 LABELS = ["ci-java-app", "ci-go", "ci-java"]
 
 
@@ -177,7 +187,7 @@ def test_a_worker_behind_the_pruned_log_starts_over(monkeypatch):
         for round_ in range(2):
             place(f"b{round_}", node="n3")
             assert_exact(fresh)
-            fresh._prune()
+            fresh.prune()
         cursor.execute(
             "SELECT COUNT(*) FROM history_change AS c, history_change_horizon AS h "
             "WHERE c.xid < h.horizon"
@@ -314,6 +324,51 @@ def test_no_look_is_sent_ahead_inside_a_transaction():
         assert cache.ahead is None
         KeyNode.objects.filter(node="n1").update(count=5)
         assert_exact(cache)
+
+
+def horizon() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CAST(horizon AS text) FROM history_change_horizon")
+        return int(cursor.fetchone()[0])
+
+
+def test_the_log_is_pruned_in_bounded_batches(monkeypatch):
+    monkeypatch.setattr(postgres_cache, "RETENTION_SECONDS", 0)
+    monkeypatch.setattr(postgres_cache, "PRUNE_BATCH", 3)
+    for i in range(4):
+        place(f"p{i}", node=f"n{i}")
+    cache = PostgresCacheReader()
+    assert_exact(cache)
+    deleted = [cache.prune() for _ in range(12)]
+    assert all(number <= 3 for number in deleted)
+    assert sum(1 for number in deleted if number) > 2
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM history_change AS c, history_change_horizon AS h "
+            "WHERE c.xid < h.horizon"
+        )
+        assert cursor.fetchone()[0] == 0
+
+
+def test_the_log_is_pruned_after_a_reply_not_while_answering(monkeypatch):
+    monkeypatch.setattr(postgres_cache, "RETENTION_SECONDS", 0)
+    place("a")
+    cache = history_reader()
+    assert_exact(cache)
+    cache.prune()
+    before = horizon()
+    place("b", node="n2")
+    cache.pruned_at = time.monotonic() - postgres_cache.PRUNE_EVERY - 1
+    assert_exact(cache)
+    assert horizon() == before
+    response = Client(HTTP_HOST="localhost").post(
+        "/scheduler/priorities/pipeline",
+        load_fixture("prioritize-nodenames.json"),
+        content_type="application/json",
+    )
+    assert response.status_code == 200
+    assert horizon() > before
+    assert_exact(cache)
 
 
 def test_a_different_database_starts_the_cache_over():

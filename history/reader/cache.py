@@ -89,6 +89,9 @@ class CachedReader:
     def settle(self) -> None:
         """Finish what `look_ahead` started if no `sync` did."""
 
+    def after_request(self) -> None:
+        """Housekeeping that can wait until a request's reply is sent."""
+
     def read(
         self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:

@@ -55,9 +55,12 @@ logger = logging.getLogger(__name__)
 CHANGE_TABLE = "history_change"
 HORIZON_TABLE = "history_change_horizon"
 # Log rows older than this may be pruned; a worker that has not looked for longer
-# starts over. Pruning runs at most once per PRUNE_EVERY seconds per worker.
+# starts over. Pruning runs at most once per PRUNE_EVERY seconds per worker, after a
+# request's reply is sent, and deletes at most PRUNE_BATCH rows at a time: a large
+# backlog (a bulk load logs a row per KeyNode row) goes over several rounds.
 RETENTION_SECONDS = 300
 PRUNE_EVERY = 60.0
+PRUNE_BATCH = 10000
 
 # Which database a connection talks to: the cluster and the database in it.
 _IDENTITY = (
@@ -66,14 +69,21 @@ _IDENTITY = (
     "WHERE d.datname = current_database()"
 )
 
-_PRUNE = (
-    f"WITH h AS (SELECT pending FROM {HORIZON_TABLE} WHERE id = 1 "
-    f"AND pending_at < clock_timestamp() - make_interval(secs => %s) "
-    f"FOR UPDATE SKIP LOCKED), "
-    f"gone AS (DELETE FROM {CHANGE_TABLE} WHERE xid < (SELECT pending FROM h)) "
-    f"UPDATE {HORIZON_TABLE} SET horizon = h.pending, "
+# Every RETENTION_SECONDS the horizon moves up to the oldest snapshot xmin of the
+# previous round; it commits before any row below it is deleted, so a look whose
+# snapshot misses a log row it needs also sees the new horizon and starts over.
+_ADVANCE = (
+    f"UPDATE {HORIZON_TABLE} SET horizon = pending, "
     f"pending = pg_snapshot_xmin(pg_current_snapshot()), "
-    f"pending_at = clock_timestamp() FROM h WHERE {HORIZON_TABLE}.id = 1"
+    f"pending_at = clock_timestamp() "
+    f"WHERE id = (SELECT id FROM {HORIZON_TABLE} WHERE id = 1 "
+    f"AND pending_at < clock_timestamp() - make_interval(secs => %s) "
+    f"FOR UPDATE SKIP LOCKED)"
+)
+_DELETE_BELOW_HORIZON = (
+    f"DELETE FROM {CHANGE_TABLE} WHERE id IN (SELECT id FROM {CHANGE_TABLE} "
+    f"WHERE xid < (SELECT horizon FROM {HORIZON_TABLE} WHERE id = 1) "
+    f"LIMIT %s FOR UPDATE SKIP LOCKED)"
 )
 
 
@@ -138,9 +148,6 @@ class PostgresCacheReader(CachedReader):
                     self.extra_changed()
             self.changed(pairs)
         self.snapshot, self.system = snapshot, system
-        if time.monotonic() - self.pruned_at > PRUNE_EVERY:
-            self.pruned_at = time.monotonic()
-            self._prune()
 
     def look_ahead(self) -> None:
         """Send this request's look now; `sync` takes its answer.
@@ -207,10 +214,20 @@ class PostgresCacheReader(CachedReader):
         self.raw, self.identity = raw, row[0] if row else None
         self.prepared = True
 
-    def _prune(self) -> None:
-        """Drop log rows no worker that looked within the retention still needs."""
+    def after_request(self) -> None:
+        """Prune the log if this worker's turn came (the reply is already sent)."""
+        if time.monotonic() - self.pruned_at > PRUNE_EVERY:
+            self.pruned_at = time.monotonic()
+            self.prune()
+
+    def prune(self) -> int:
+        """Move the horizon if its time came, then delete up to PRUNE_BATCH log rows
+        below it; returns how many were deleted."""
         try:
             with connection.cursor() as cursor:
-                cursor.execute(_PRUNE, [RETENTION_SECONDS])
+                cursor.execute(_ADVANCE, [RETENTION_SECONDS])
+                cursor.execute(_DELETE_BELOW_HORIZON, [PRUNE_BATCH])
+                return cursor.rowcount
         except DjangoDatabaseError as exc:
             logger.warning("Could not prune the history change log: %s", exc)
+            return 0
