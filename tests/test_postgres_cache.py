@@ -38,6 +38,8 @@ def empty_change_log(transactional_db):
     starts without the rows of the ones before."""
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM history_change")
+
+
 LABELS = ["ci-java-app", "ci-go", "ci-java"]
 
 
