@@ -19,11 +19,15 @@ each one is counted in `kssched_extender_errors_total`.
 """
 
 import errno
+import fcntl
 import json
 import logging
+import mmap
 import os
 import selectors
 import socket
+import struct
+import tempfile
 import time
 
 from gunicorn import glogging, util
@@ -42,6 +46,19 @@ logger = logging.getLogger("kssched.workers")
 # after HEAD_LIMIT bytes is handed to gunicorn, which answers 431 or 400 for it.
 _READ_SIZE = 16 * 1024
 HEAD_LIMIT = 64 * 1024
+
+# One worker, the acceptor, watches the listener; the others (standbys) join it only
+# once its current request has taken longer than STANDBY_AFTER seconds, and look at
+# that every STANDBY_POLL seconds. kube-scheduler calls one at a time, so with every
+# worker on the listener each call woke them all, and the ones that lost the accept
+# took the CPU the call needed (see `ExtenderWorker`).
+STANDBY_AFTER = 0.025
+STANDBY_POLL = 0.025
+
+# When the acceptor's current request started (monotonic seconds, 0 when it is idle),
+# shared by the workers this gunicorn master forks: mapped before the fork.
+_BUSY_SINCE = mmap.mmap(-1, 8)
+_BUSY = struct.Struct("d")
 
 
 class ReadTimeout(NoMoreData):
@@ -100,7 +117,14 @@ class _Pending:
 
 
 class ExtenderWorker(SyncWorker):
-    """A sync worker that reads request heads in its event loop, with a deadline."""
+    """A sync worker that reads request heads in its event loop, with a deadline.
+
+    Of the workers of one master, the one that holds a lock on a file (released by
+    the kernel if it dies) is the acceptor and watches the listener; a standby
+    watches it too only while the acceptor is busy with a request for longer than
+    STANDBY_AFTER (a slow body, a slow database), so a call never waits behind
+    another for long, and an idle standby is not woken by every connection.
+    """
 
     def init_process(self):
         self.read_timeout = float(os.environ.get("KSSCHED_EXTENDER_READ_TIMEOUT", "2"))
@@ -114,11 +138,14 @@ class ExtenderWorker(SyncWorker):
         self.pending: dict[socket.socket, _Pending] = {}
         for listener in self.sockets:
             listener.setblocking(False)
-            self.selector.register(listener, selectors.EVENT_READ, "listener")
         self.selector.register(self.PIPE[0], selectors.EVENT_READ, "wakeup")
+        self.listening = False
+        self.acceptor = False
+        self.role_lock = self._open_role_lock()
         try:
             while self.alive:
                 self.notify()
+                self._take_role()
                 self._wait_and_serve()
                 self._drop_expired()
                 if not self.is_parent_alive():
@@ -129,8 +156,53 @@ class ExtenderWorker(SyncWorker):
                 util.close(client)
             self.selector.close()
 
+    def _open_role_lock(self):
+        """This worker's own handle on the master's acceptor lock file, or None when
+        the file cannot be made (then every worker watches the listener)."""
+        path = os.path.join(tempfile.gettempdir(), f"kssched-acceptor-{self.ppid}.lock")
+        try:
+            return open(path, "a")  # noqa: SIM115 - held for the worker's life
+        except OSError as exc:
+            self.log.warning("No acceptor lock (%s): every worker accepts", exc)
+            return None
+
+    def _take_role(self):
+        """Become the acceptor if the lock is free; watch the listener if acceptor,
+        or if the acceptor has been busy for longer than STANDBY_AFTER."""
+        if not self.acceptor:
+            if self.role_lock is None:
+                self.acceptor = True
+            else:
+                try:
+                    fcntl.flock(self.role_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self.acceptor = True
+                    _set_busy(0.0)
+                except BlockingIOError:
+                    pass
+        listen = self.acceptor
+        if not listen:
+            since = _busy_since()
+            listen = bool(since) and time.monotonic() - since > STANDBY_AFTER
+        if listen != self.listening:
+            for listener in self.sockets:
+                if listen:
+                    self.selector.register(listener, selectors.EVENT_READ, "listener")
+                else:
+                    self.selector.unregister(listener)
+            self.listening = listen
+
+    def handle(self, listener, client, addr):
+        if self.acceptor and self.role_lock is not None:
+            _set_busy(time.monotonic())
+            try:
+                super().handle(listener, client, addr)
+            finally:
+                _set_busy(0.0)
+        else:
+            super().handle(listener, client, addr)
+
     def _wait_and_serve(self):
-        timeout = 1.0
+        timeout = 1.0 if self.acceptor else STANDBY_POLL
         if self.pending:
             first = min(p.deadline for p in self.pending.values())
             timeout = max(0.0, min(timeout, first - time.monotonic()))
@@ -263,6 +335,14 @@ _GUNICORN_REASONS = {
     "SSLError": "forbidden",
     "ExpectationFailed": "expectation_failed",
 }
+
+
+def _busy_since() -> float:
+    return _BUSY.unpack_from(_BUSY_SINCE)[0]
+
+
+def _set_busy(since: float) -> None:
+    _BUSY.pack_into(_BUSY_SINCE, 0, since)
 
 
 def count_error(*, path: str | None, reason: str) -> None:

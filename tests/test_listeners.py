@@ -11,12 +11,14 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from history.ledger import increment_key_nodes
+from kssched.workers import STANDBY_POLL
 from tests.helpers import REPO, load_fixture, log_path, run_gunicorn, run_servers
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -194,6 +196,53 @@ def test_stalled_clients_on_the_extender_listener_are_dropped_after_the_read_tim
     assert dropped_after < 5
     assert after - before >= 7  # six stalled heads and the trickle
     assert body_timeouts == 1
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def extender_workers(serve: subprocess.Popen) -> list[int]:
+    """The pids of the extender listener's workers under `python -m kssched.serve`."""
+    for master in children(serve.pid):
+        environ = Path(f"/proc/{master}/environ").read_bytes().split(b"\0")
+        if b"KSSCHED_LISTENER=extender" in environ:
+            return children(master)
+    raise AssertionError("no extender gunicorn under kssched.serve")
+
+
+def wakeups(pid: int) -> int:
+    """How often the process was switched out so far (it slept or was preempted)."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return sum(int(line.split()[1]) for line in status if "ctxt_switches" in line)
+
+
+def test_calls_one_at_a_time_wake_one_extender_worker_only():
+    """kube-scheduler calls one at a time: the standby worker is not woken by each
+    call (it only looks every STANDBY_POLL whether the acceptor is stuck)."""
+    prioritize = load_fixture("prioritize-nodenames.json")
+    with run_servers(web_workers=1, extender_workers=2) as (web, extender, serve):
+        for _ in range(20):
+            assert call(extender, "POST", PRIORITIZE, prioritize)[0] == 200
+        workers = extender_workers(serve)
+        assert len(workers) == 2
+        before = {pid: wakeups(pid) for pid in workers}
+        started = time.monotonic()
+        calls = 300
+        for _ in range(calls):
+            assert call(extender, "POST", PRIORITIZE, prioritize)[0] == 200
+        polls = (time.monotonic() - started) / STANDBY_POLL
+        standby, acceptor = sorted(wakeups(pid) - before[pid] for pid in workers)
+    assert acceptor >= calls
+    assert standby < calls / 2 + 1.5 * polls, (standby, acceptor, polls)
 
 
 # --- what each listener serves --------------------------------------------------------
