@@ -241,8 +241,10 @@ def test_calls_one_at_a_time_wake_one_extender_worker_only():
             assert call(extender, "POST", PRIORITIZE, prioritize)[0] == 200
         polls = (time.monotonic() - started) / STANDBY_POLL
         standby, acceptor = sorted(wakeups(pid) - before[pid] for pid in workers)
-    assert acceptor >= calls
+    # With every worker on the listener, each call woke the standby too (378 times
+    # for 300 calls); the acceptor may find the next call waiting and not sleep.
     assert standby < calls / 2 + 1.5 * polls, (standby, acceptor, polls)
+    assert acceptor > standby
 
 
 # --- what each listener serves --------------------------------------------------------
