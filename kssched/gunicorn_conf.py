@@ -19,6 +19,7 @@ Workers answer `Connection: close`, so kube-scheduler never reuses a connection 
 gunicorn is about to close (a reused POST that fails is not retried by Go).
 """
 
+import contextlib
 import ipaddress
 import os
 import shutil
@@ -148,6 +149,11 @@ def on_starting(server):
 def on_exit(server):
     if _private_metrics_dir:
         shutil.rmtree(_private_metrics_dir, ignore_errors=True)
+    if worker_class == "kssched.workers.ExtenderWorker":
+        from kssched.workers import acceptor_lock_path
+
+        with contextlib.suppress(OSError):
+            os.remove(acceptor_lock_path(server.pid))
 
 
 def child_exit(server, worker):

@@ -159,9 +159,8 @@ class ExtenderWorker(SyncWorker):
     def _open_role_lock(self):
         """This worker's own handle on the master's acceptor lock file, or None when
         the file cannot be made (then every worker watches the listener)."""
-        path = os.path.join(tempfile.gettempdir(), f"kssched-acceptor-{self.ppid}.lock")
         try:
-            return open(path, "a")  # noqa: SIM115 - held for the worker's life
+            return open(acceptor_lock_path(self.ppid), "a")  # noqa: SIM115 - held for the worker's life
         except OSError as exc:
             self.log.warning("No acceptor lock (%s): every worker accepts", exc)
             return None
@@ -335,6 +334,12 @@ _GUNICORN_REASONS = {
     "SSLError": "forbidden",
     "ExpectationFailed": "expectation_failed",
 }
+
+
+def acceptor_lock_path(master_pid: int) -> str:
+    """The lock file whose holder is the acceptor among one master's workers; the
+    master removes it when it exits (`kssched.gunicorn_conf.on_exit`)."""
+    return os.path.join(tempfile.gettempdir(), f"kssched-acceptor-{master_pid}.lock")
 
 
 def _busy_since() -> float:

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from history.ledger import increment_key_nodes
-from kssched.workers import STANDBY_POLL
+from kssched.workers import STANDBY_POLL, acceptor_lock_path
 from tests.helpers import REPO, load_fixture, log_path, run_gunicorn, run_servers
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -210,12 +210,12 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def extender_workers(serve: subprocess.Popen) -> list[int]:
-    """The pids of the extender listener's workers under `python -m kssched.serve`."""
+def extender_master(serve: subprocess.Popen) -> int:
+    """The pid of the extender listener's gunicorn under `python -m kssched.serve`."""
     for master in children(serve.pid):
         environ = Path(f"/proc/{master}/environ").read_bytes().split(b"\0")
         if b"KSSCHED_LISTENER=extender" in environ:
-            return children(master)
+            return master
     raise AssertionError("no extender gunicorn under kssched.serve")
 
 
@@ -232,8 +232,10 @@ def test_calls_one_at_a_time_wake_one_extender_worker_only():
     with run_servers(web_workers=1, extender_workers=2) as (web, extender, serve):
         for _ in range(20):
             assert call(extender, "POST", PRIORITIZE, prioritize)[0] == 200
-        workers = extender_workers(serve)
+        master = extender_master(serve)
+        workers = children(master)
         assert len(workers) == 2
+        assert Path(acceptor_lock_path(master)).exists()
         before = {pid: wakeups(pid) for pid in workers}
         started = time.monotonic()
         calls = 300
@@ -241,6 +243,8 @@ def test_calls_one_at_a_time_wake_one_extender_worker_only():
             assert call(extender, "POST", PRIORITIZE, prioritize)[0] == 200
         polls = (time.monotonic() - started) / STANDBY_POLL
         standby, acceptor = sorted(wakeups(pid) - before[pid] for pid in workers)
+    # The master removes the acceptor lock file when it exits.
+    assert not Path(acceptor_lock_path(master)).exists()
     # With every worker on the listener, each call woke the standby too (378 times
     # for 300 calls); the acceptor may find the next call waiting and not sleep.
     assert standby < calls / 2 + 1.5 * polls, (standby, acceptor, polls)

@@ -82,9 +82,6 @@ def reading_ahead() -> Iterator[None]:
 def after_request(**kwargs) -> None:
     """`request_finished` receiver: the reply is sent, so this thread's cache may
     do its housekeeping (see `CachedReader.after_request`) without delaying it."""
-    if connection.connection is None:
-        return
-    for vendor in ("sqlite", "postgresql"):
-        cache: CachedReader | None = getattr(_CACHES, vendor, None)
-        if cache is not None:
-            cache.after_request()
+    cache: CachedReader | None = getattr(_CACHES, connection.vendor, None)
+    if cache is not None and connection.connection is not None:
+        cache.after_request()

@@ -25,6 +25,9 @@ from psycopg import pq
 
 from history.reader.cache import MAX_SYNC_PAIRS
 
+# The change log and its horizon (migration 0005).
+CHANGE_TABLE = "history_change"
+HORIZON_TABLE = "history_change_horizon"
 NAME = b"kssched_look"
 # Each use of the parameter goes through a scalar subquery and the limit is a
 # literal, so the planner has nothing to fold into a custom plan and keeps the
@@ -35,10 +38,10 @@ NAME = b"kssched_look"
 # so one more is enough.
 QUERY = (
     "SELECT CAST(s AS text), "
-    "CAST((SELECT h.horizon FROM history_change_horizon AS h WHERE h.id = 1) AS text), "
+    f"CAST((SELECT h.horizon FROM {HORIZON_TABLE} AS h WHERE h.id = 1) AS text), "
     "c.kind, c.key, c.node "
     "FROM pg_current_snapshot() AS s "
-    "LEFT JOIN LATERAL (SELECT l.kind, l.key, l.node FROM history_change AS l "
+    f"LEFT JOIN LATERAL (SELECT l.kind, l.key, l.node FROM {CHANGE_TABLE} AS l "
     "WHERE l.xid >= (SELECT pg_snapshot_xmin(CAST($1 AS pg_snapshot))) "
     "AND NOT pg_visible_in_snapshot(l.xid, (SELECT CAST($1 AS pg_snapshot))) "
     f"ORDER BY l.xid LIMIT {MAX_SYNC_PAIRS + 1}) AS c ON TRUE"
@@ -47,7 +50,7 @@ PREPARE = f"PREPARE kssched_look(text) AS {QUERY}"
 
 
 def prepare(raw: psycopg.Connection) -> None:
-    """Prepare the call on this connection (already prepared is fine)."""
+    """Prepare the look on this connection (already prepared is fine)."""
     try:
         with psycopg.ClientCursor(raw) as cursor:
             cursor.execute(PREPARE)

@@ -49,11 +49,10 @@ from psycopg import pq
 
 from history.reader import pg_look
 from history.reader.cache import MAX_SYNC_PAIRS, CachedReader
+from history.reader.pg_look import CHANGE_TABLE, HORIZON_TABLE
 
 logger = logging.getLogger(__name__)
 
-CHANGE_TABLE = "history_change"
-HORIZON_TABLE = "history_change_horizon"
 # Log rows older than this may be pruned; a worker that has not looked for longer
 # starts over. Pruning runs at most once per PRUNE_EVERY seconds per worker, after a
 # request's reply is sent, and deletes at most PRUNE_BATCH rows at a time: a large
