@@ -233,7 +233,7 @@ def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
     # Scored over the whole pool (the load rule's mean), shown for the nodes with
     # history, a term or steered pods.
     assert plan.history is not None
-    shown = plan.history.rows.keys() | weights.keys() | plan.steered.keys()
+    shown = plan.history.nodes() | weights.keys() | plan.steered.keys()
     rows = [
         row
         for row in plan.strategy.explain(label=label, nodes=plan.nodes, now=now)

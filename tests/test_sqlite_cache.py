@@ -12,11 +12,11 @@ from django.db import connection, transaction
 
 from extender.scoring.rules import WarmRules, seed_matches
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
-from extender.scoring.window import WarmWindow
+from extender.scoring.keyscores import WarmKey
 from history import corrections, labels, ledger, recency
 from history.models import KeyNode, KeyPolicy, NodePolicy
 from history.reader import history_reader
-from history.reader.cache import CachedReader
+from history.reader import memo
 from history.watcher import state
 from tests.helpers import in_other_connection
 
@@ -314,14 +314,14 @@ def test_a_broken_invalidation_is_caught(monkeypatch):
     now = time.time()
     place("a", "ci-java", "node-1")
     assert_warm_agrees(now)
-    monkeypatch.setattr(WarmWindow, "set_node", lambda *args, **kwargs: None)
+    monkeypatch.setattr(WarmKey, "update", lambda *args, **kwargs: None)
     place("b", "ci-java-maven-p1", "node-2")
     with pytest.raises(AssertionError):
         assert_warm_agrees(now)
 
 
 def test_warm_starts_over_when_a_change_log_is_full(monkeypatch):
-    monkeypatch.setattr(CachedReader, "max_changes", 3)
+    monkeypatch.setattr(memo, "MAX_CHANGES", 3)
     now = time.time()
     for i in range(8):
         place(f"p{i}", LABELS[i % 3], NODES[i])
