@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from extender.scoring.keyscores import WarmKey, warm_fast
 from extender.scoring.rules import (
     NO_POLICY,
     WarmRules,
@@ -14,7 +15,6 @@ from extender.scoring.rules import (
     warm_scores,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy, get_strategy
-from extender.scoring.keyscores import WarmKey, warm_fast
 from history.ledger import increment_key_nodes, record_placement
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord
 from history.reader import LabelHistory, Policies

@@ -62,10 +62,12 @@ class CachedReader:
         self.rows: OrderedDict[str, dict[str, tuple[int, float, float]]] = OrderedDict()
         self.row_bytes = 0
         self.memo.clear()
-        # Tables without a ledger, re-read when `sync` says they changed.
+        # Policies and node records, re-read when `sync` says they changed; the
+        # running pods, kept up to date pod by pod (`pod_changed`) once read.
         self.extra_stale = True
-        self.active: Mapping[str, Mapping[str, int]] = {}
-        self.busy: Mapping[str, int] = {}
+        self.running_stale = True
+        self.active: dict[str, dict[str, int]] = {}
+        self.busy: dict[str, int] = {}
         self.policies = Policies()
         self.replaced: Mapping[str, float] = {}
 
@@ -126,8 +128,28 @@ class CachedReader:
                 self._reread(key, sorted(nodes))
 
     def extra_changed(self) -> None:
-        """The ledger's active rows, the policies or the node records changed."""
+        """The policies or the node records changed."""
         self.extra_stale = True
+
+    def running_changed(self) -> None:
+        """The running pods must be read again, all of them."""
+        self.running_stale = self.extra_stale = True
+
+    def pod_changed(self, label: str, node: str, delta: int) -> None:
+        """A pod of `label` on `node` started (+1) or stopped (-1) running."""
+        if self.running_stale:
+            return
+        for counts, key in (
+            (self.active.setdefault(label, {}), node),
+            (self.busy, node),
+        ):
+            value = counts.get(key, 0) + delta
+            if value > 0:
+                counts[key] = value
+            else:
+                counts.pop(key, None)
+        if not self.active[label]:
+            del self.active[label]
 
     # --- keys -----------------------------------------------------------------------
 
@@ -190,16 +212,16 @@ class CachedReader:
         self.memo.changed(key, nodes)
 
     def _read_extra(self) -> None:
-        """Running pods, policies and node replacements: small tables without a
-        ledger, read in one statement."""
+        """Policies and node replacements (small tables), and the running pods when
+        they must be read again, in one statement."""
+        running = self.running_stale
         with connection.cursor() as cursor:
-            cursor.execute(history_sql())
+            cursor.execute(history_sql(running=running))
             found = decode(cursor.fetchall(), as_timestamp)
-        self.active, self.busy, self.policies = (
-            found.active,
-            found.busy,
-            found.policies,
-        )
+        if running:
+            self.active, self.busy = found.active, found.busy
+            self.running_stale = False
+        self.policies = found.policies
         if found.replaced != self.replaced:
             # What was derived from the rows no longer holds.
             self.replaced = found.replaced

@@ -43,6 +43,16 @@ class Small(IntEnum):
     ROW = 4
 
 
+class Change(IntEnum):
+    """The kinds of row of the PostgreSQL change log (migrations 0005, 0010)."""
+
+    KEY_NODE = 0  # a KeyNode row of (key, node) changed
+    OTHER = 1  # a policy, node record or ledger statement
+    START_OVER = 2  # a TRUNCATE
+    POD_STARTED = 3  # a pipeline pod of (label in `key`, node) runs
+    POD_STOPPED = 4  # it no longer does
+
+
 @dataclass(frozen=True, slots=True)
 class Policies:
     """The per-key policy rows of a label's keys, as plain data.

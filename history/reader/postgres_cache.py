@@ -49,6 +49,7 @@ from psycopg import pq
 
 from history.reader import pg_look
 from history.reader.cache import MAX_SYNC_PAIRS, CachedReader
+from history.reader.model import Change
 from history.reader.pg_look import CHANGE_TABLE, HORIZON_TABLE
 
 logger = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class PostgresCacheReader(CachedReader):
             or _xmax(snapshot) < _xmax(previous)
             or _xmin(previous) < int(horizon)
             or len(rows) > MAX_SYNC_PAIRS
-            or any(row[2] == 2 for row in rows)
+            or any(row[2] == Change.START_OVER for row in rows)
         ):
             logger.info("History cache starts over (database changed or log pruned)")
             previous = None
@@ -140,11 +141,15 @@ class PostgresCacheReader(CachedReader):
         else:
             pairs: dict[str, set[str]] = {}
             for _, _, kind, key, node in rows:
-                if kind == 0:
+                if kind == Change.KEY_NODE:
                     if self.is_cached(key):
                         pairs.setdefault(key, set()).add(node)
-                elif kind == 1:
+                elif kind == Change.OTHER:
                     self.extra_changed()
+                elif kind in (Change.POD_STARTED, Change.POD_STOPPED):
+                    # Read again: a delta is not idempotent, and a full read
+                    # after a look may already hold what the next look reports.
+                    self.running_changed()
             self.changed(pairs)
         self.snapshot, self.system = snapshot, system
 

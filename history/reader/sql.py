@@ -31,12 +31,14 @@ NULL_NUMBER = "CAST(NULL AS BIGINT)"
 NULL_REAL = "CAST(NULL AS DOUBLE PRECISION)"
 
 
-def history_sql(*, keys: int = 0, rows_condition: str | None = None) -> str:
+def history_sql(
+    *, keys: int = 0, rows_condition: str | None = None, running: bool = True
+) -> str:
     """One statement of (kind, first, second, third, number, real, real2) rows:
     running pods per (node, label), key and node policies, replaced nodes, and,
     when `rows_condition` is given, the KeyNode rows it selects. `keys` > 0 limits
     the rows and the policies to that many key parameters (given first, and again
-    for each policy table)."""
+    for each policy table). `running` False leaves the running pods out."""
     text, number, real = NULL_TEXT, NULL_NUMBER, NULL_REAL
     marks = ", ".join(["%s"] * keys)
     only = f" WHERE key IN ({marks})" if keys else ""
@@ -47,10 +49,13 @@ def history_sql(*, keys: int = 0, rows_condition: str | None = None) -> str:
             f"decayed_at FROM {KeyNode._meta.db_table} "
             f"WHERE key IN ({marks}) AND count > 0 AND {rows_condition}"
         )
+    if running:
+        parts.append(
+            f"SELECT {Small.RUNNING:d}, node, label, {text}, COUNT(*), {real}, "
+            f"{real} FROM {Placement._meta.db_table} WHERE finished_at IS NULL "
+            f"GROUP BY node, label"
+        )
     parts += [
-        f"SELECT {Small.RUNNING:d}, node, label, {text}, COUNT(*), {real}, {real} "
-        f"FROM {Placement._meta.db_table} WHERE finished_at IS NULL "
-        f"GROUP BY node, label",
         f"SELECT {Small.KEY_POLICY:d}, key, {text}, {text}, "
         f"CASE WHEN enabled THEN 1 ELSE 0 END, weight, {real} "
         f"FROM {KeyPolicy._meta.db_table}{only}",
