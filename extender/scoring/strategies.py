@@ -77,8 +77,8 @@ class SeedStrategy:
         matches = {}
         if keys:
             history = _read(self.reader, keys, label or "", nodes)
-            rows = {node: history.node_rows(node) for node in nodes}
-            matches = seed_matches(keys=keys, rows=rows, nodes=nodes)
+            by_node = {node: history.node_rows(node) for node in nodes}
+            matches = seed_matches(keys=keys, rows=by_node, nodes=nodes)
         rows = []
         for node in nodes:
             index, count = matches.get(node, (None, 0))

@@ -15,10 +15,11 @@ the owning store, which drops a key's derived values with its rows.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Sized
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sized
 from typing import Any
 
-from history.reader.model import KeyRows
+# One key's rows (as `model.KeyRows`): node -> (count, decayed_weight, decayed_at).
+KeyRows = Mapping[str, tuple[int, float, float]]
 
 # Epoch numbers are unique in the process, whichever store makes them.
 _EPOCHS = itertools.count(1)
