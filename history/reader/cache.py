@@ -135,6 +135,9 @@ class CachedReader:
         """The running pods must be read again, all of them."""
         self.running_stale = self.extra_stale = True
 
+    def running_read(self, snapshot: str | None) -> None:
+        """Every running pod was just read (under `snapshot` on PostgreSQL)."""
+
     def pod_changed(self, label: str, node: str, delta: int) -> None:
         """A pod of `label` on `node` started (+1) or stopped (-1) running."""
         if self.running_stale:
@@ -221,6 +224,7 @@ class CachedReader:
         if running:
             self.active, self.busy = found.active, found.busy
             self.running_stale = False
+            self.running_read(found.snapshot)
         self.policies = found.policies
         if found.replaced != self.replaced:
             # What was derived from the rows no longer holds.

@@ -41,6 +41,7 @@ class Small(IntEnum):
     NODE_POLICY = 2
     REPLACED = 3
     ROW = 4
+    SNAPSHOT = 5  # PostgreSQL: the statement's snapshot, in `first`
 
 
 class Change(IntEnum):
@@ -193,6 +194,7 @@ class Decoded:
     busy: dict[str, int]  # node -> running pipeline pods
     policies: Policies
     replaced: dict[str, float]
+    snapshot: str | None = None
 
 
 def decode(found: Iterable[tuple], as_timestamp: Callable[[Any], float]) -> Decoded:
@@ -203,6 +205,7 @@ def decode(found: Iterable[tuple], as_timestamp: Callable[[Any], float]) -> Deco
     key_policies: dict[str, tuple[bool, float]] = {}
     node_policies: dict[str, dict[str, str]] = {}
     replaced: dict[str, float] = {}
+    snapshot = None
     for kind, first, second, third, number, real, real2 in found:
         if kind == Small.ROW:
             rows.setdefault(second, {})[first] = (number, real, real2)
@@ -213,6 +216,8 @@ def decode(found: Iterable[tuple], as_timestamp: Callable[[Any], float]) -> Deco
             key_policies[first] = (bool(number), float(real))
         elif kind == Small.NODE_POLICY:
             node_policies.setdefault(first, {})[second] = third
+        elif kind == Small.SNAPSHOT:
+            snapshot = first
         else:
             replaced[first] = as_timestamp(second)
     return Decoded(
@@ -221,6 +226,7 @@ def decode(found: Iterable[tuple], as_timestamp: Callable[[Any], float]) -> Deco
         busy=busy,
         policies=Policies(keys=key_policies, nodes=node_policies),
         replaced=replaced,
+        snapshot=snapshot,
     )
 
 

@@ -49,6 +49,12 @@ def history_sql(
             f"decayed_at FROM {KeyNode._meta.db_table} "
             f"WHERE key IN ({marks}) AND count > 0 AND {rows_condition}"
         )
+    if running and connection.vendor == "postgresql":
+        # The snapshot the running pods were read under (see postgres_cache).
+        parts.append(
+            f"SELECT {Small.SNAPSHOT:d}, CAST(pg_current_snapshot() AS TEXT), "
+            f"{text}, {text}, {number}, {real}, {real}"
+        )
     if running:
         parts.append(
             f"SELECT {Small.RUNNING:d}, node, label, {text}, COUNT(*), {real}, "
