@@ -27,6 +27,7 @@ from django.db import connection
 from history.models import KeyNode
 from history.reader.memo import KeyMemo
 from history.reader.model import LabelHistory, Policies, decode, distinct_keys
+from history.reader.pool import database_pool
 from history.reader.sql import SqlReader, as_timestamp, history_sql
 
 # A sync that names more pairs than this starts over instead (bulk edits, pauses).
@@ -115,6 +116,10 @@ class CachedReader:
             policies=self.policies,
             memo=self.memo,
         )
+
+    def pool(self, *, now: float, days: float) -> tuple[str, ...]:
+        """The pipeline pool (`pool.database_pool`)."""
+        return database_pool.at(now=now, days=days)
 
     # --- what `sync` reports --------------------------------------------------------
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from history.reader.memo import KeyMemo
 from history.reader.model import LabelHistory, Policies, distinct_keys
+from history.reader.pool import Pool
 from history.recency import accumulate_decayed
 
 
@@ -28,6 +29,24 @@ class MemoryHistory:
         self.replaced: dict[str, float] = {}
         self.policies = Policies()
         self.memo = KeyMemo()
+        # node -> when the watcher first saw it (Unix seconds)
+        self.seen: dict[str, float] = {}
+        self.pipeline_pool = Pool(self._read_pool)
+
+    def pool(self, *, now: float, days: float) -> tuple[str, ...]:
+        """The pipeline pool, as `pool.read_pool` reads it from the database."""
+        return self.pipeline_pool.at(now=now, days=days)
+
+    def _read_pool(self, since: float) -> list[str]:
+        placed = {
+            node
+            for by_node in self.rows.values()
+            for node, (count, _, at) in by_node.items()
+            if count > 0 and at >= since
+        }
+        seen = {node for node, at in self.seen.items() if at >= since}
+        replaced = {node for node, at in self.replaced.items() if at >= since}
+        return sorted(placed | seen | replaced)
 
     def place(self, *, keys: Sequence[str], label: str, node: str, now: float) -> None:
         """Count one pod of `label` (segments `keys`) on `node` at `now`."""

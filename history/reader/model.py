@@ -239,3 +239,7 @@ class HistoryReader(Protocol):
         """The history of pipeline `label` (segments `keys`, non-empty) on `nodes`,
         or on every node with history for it when `nodes` is None."""
         ...
+
+    def pool(self, *, now: float, days: float) -> tuple[str, ...]:
+        """The pipeline pool at `now` (see `history.reader.pool`), sorted."""
+        ...

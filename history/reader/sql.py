@@ -24,6 +24,7 @@ from history.reader.model import (
     distinct_keys,
     empty_history,
 )
+from history.reader.pool import database_pool
 
 # Typed NULLs: the columns of a UNION ALL must agree on PostgreSQL.
 NULL_TEXT = "CAST(NULL AS TEXT)"
@@ -107,6 +108,10 @@ class SqlReader:
             busy=found.busy,
             policies=found.policies,
         )
+
+    def pool(self, *, now: float, days: float) -> tuple[str, ...]:
+        """The pipeline pool (`pool.database_pool`)."""
+        return database_pool.at(now=now, days=days)
 
     def node_history(self, *, keys: Sequence[str], node: str) -> LabelHistory:
         """The label's rows on one node and the node's replacement, nothing else
