@@ -144,6 +144,10 @@ class FixedReader:
     ) -> LabelHistory:
         return self.history
 
+    def pool(self, *, now: float, days: float) -> tuple[str, ...]:
+        """No pool of its own: the caller passes it to `plan_terms`."""
+        return ()
+
 
 @dataclass(frozen=True, slots=True)
 class Term:

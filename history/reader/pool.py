@@ -49,7 +49,8 @@ class Pool:
     def __init__(self, read: Callable[[float], Iterable[str]]):
         self.read = read
         self.lock = threading.Lock()
-        self.clear()
+        self.read_at: float | None = None
+        self.nodes: tuple[str, ...] = ()
 
     def at(self, *, now: float, days: float) -> tuple[str, ...]:
         """The nodes placed, first seen or replaced in the `days` before `now`."""
@@ -61,8 +62,8 @@ class Pool:
 
     def clear(self) -> None:
         """Forget the pool: the next call reads it."""
-        self.read_at: float | None = None
-        self.nodes: tuple[str, ...] = ()
+        self.read_at = None
+        self.nodes = ()
 
 
 # Every reader of the database shares it (per process).
