@@ -1,7 +1,9 @@
-"""Proving counts and trimming the ledger: `audit_counts` and `prune_placements`.
+"""Proving counts and trimming history: `audit_counts`, `prune_placements` and
+`prune_nodes`.
 
 Every KeyNode count equals its ledger rows plus its recorded adjustments; pruning
-ledger rows records a `pruned` adjustment so that this stays true.
+ledger rows records a `pruned` adjustment, and removing the rows of a gone node a
+`node_gone` one, so that this stays true.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from django.db.models import Count, Q, Sum
 
 from history.labels import split_pipeline_label
 from history.models import CountAdjustment, KeyNode, Placement
+from history.reader.pool import read_pool
 
 
 @dataclass(frozen=True)
@@ -112,3 +115,52 @@ def prune_placements(
             for (key, node), number in sorted(removed.items())
         )
     return deleted
+
+
+def gone_nodes(*, before: datetime) -> list[str]:
+    """Nodes with history that have been out of the pipeline pool since `before`:
+    no row of theirs placed or edited since, and not first seen or replaced by the
+    watcher since (`history.reader.pool.read_pool`). Sorted."""
+    cutoff = before.timestamp()
+    active = set(read_pool(cutoff))
+    active.update(
+        KeyNode.objects.filter(updated__gte=before)
+        .order_by()
+        .values_list("node", flat=True)
+        .distinct()
+    )
+    with_rows = set(
+        KeyNode.objects.order_by().values_list("node", flat=True).distinct()
+    )
+    return sorted(with_rows - active)
+
+
+def prune_gone_nodes(*, before: datetime, actor: str = "", batch: int = 500) -> int:
+    """Delete the KeyNode rows of nodes gone since `before` (`gone_nodes`); returns
+    how many rows went. Each row gets a `node_gone` adjustment of minus its count,
+    so `audit_counts` still balances (the ledger keeps the placements, the
+    adjustments what was removed). Nodes are done `batch` at a time, each batch in
+    its own transaction."""
+    nodes = gone_nodes(before=before)
+    removed = 0
+    for start in range(0, len(nodes), batch):
+        chunk = nodes[start : start + batch]
+        with transaction.atomic():
+            rows = KeyNode.objects.select_for_update().filter(
+                node__in=chunk, updated__lt=before
+            )
+            found = list(rows.values_list("pk", "key", "node", "count"))
+            CountAdjustment.objects.bulk_create(
+                CountAdjustment(
+                    key=key,
+                    node=node,
+                    delta=-count,
+                    reason=CountAdjustment.Reason.NODE_GONE,
+                    actor=actor,
+                )
+                for _, key, node, count in found
+                if count
+            )
+            KeyNode.objects.filter(pk__in=[pk for pk, *_ in found]).delete()
+            removed += len(found)
+    return removed

@@ -174,6 +174,7 @@ class CountAdjustment(models.Model):
         PRUNED = "pruned", "ledger rows pruned"
         NODE_REPLACED = "node_replaced", "node replaced"
         IMPORTED = "imported", "imported from the Go ks-scheduler"
+        NODE_GONE = "node_gone", "node gone (rows removed)"
 
     key = models.CharField(max_length=253)
     node = models.CharField(max_length=253)

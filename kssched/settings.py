@@ -283,6 +283,9 @@ KSSCHED_HISTORY_CACHE = env.bool("KSSCHED_HISTORY_CACHE", default=True)
 # asked about and the scores derived from them, least recently used keys dropped
 # first. One KeyNode row is about 200 bytes (history.reader.cache).
 KSSCHED_HISTORY_CACHE_MB = env.float("KSSCHED_HISTORY_CACHE_MB", default=96.0)
+# The rows of a node out of the pipeline pool this long are removed (prune_nodes,
+# run by the watcher once a day; 0 turns that off).
+KSSCHED_NODE_RETENTION_DAYS = env.float("KSSCHED_NODE_RETENTION_DAYS", default=90.0)
 # Full Node lists are large (1000 nodes are about 14 MB); only the extender routes
 # accept bodies this big, the rest of the site keeps Django's default limit. A body
 # may decode to at most 8 times this (extender.parsers): the deployment's memory

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections, connection
 
 from history.exceptions import WatcherFatalError
-from history.watcher import state
+from history.watcher import housekeeping, state
 from history.watcher.heartbeat import Heartbeat
 from history.watcher.kube import KubeApi
 from history.watcher.lease import LeaderElector
@@ -142,6 +142,9 @@ class Watcher:
             max_events=self.options.max_events,
         )
         node_thread = None
+        wake = threading.Event()
+        if not self.once:
+            housekeeping.start(until, wake)
         if self.watch_nodes and not self.once:
             self.nodes = Stream(self.api, NodeHandler(), options=self.options)
             node_thread = threading.Thread(
@@ -157,6 +160,7 @@ class Watcher:
                 self.pods.run(until=until)
         finally:
             stop.set()
+            wake.set()
             if self.nodes is not None:
                 self.nodes.shutdown.set()
                 self.nodes.interrupt()

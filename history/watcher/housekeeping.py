@@ -1,0 +1,66 @@
+"""Daily housekeeping, done by the watcher that holds the lease (one replica):
+remove the rows of nodes gone longer than KSSCHED_NODE_RETENTION_DAYS
+(`history.audit.prune_gone_nodes`). A failure is logged and tried again next time;
+it never stops the streams.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
+
+from history import audit
+
+logger = logging.getLogger(__name__)
+
+# The first run waits this long after the streams start (a restart loop does no
+# housekeeping), then one runs every EVERY seconds.
+FIRST_AFTER = 600.0
+EVERY = 86400.0
+
+
+def prune_gone_nodes_now() -> int:
+    """One round: the rows of nodes gone longer than the retention period."""
+    days = settings.KSSCHED_NODE_RETENTION_DAYS
+    if days <= 0:
+        return 0
+    cutoff = timezone.now() - timedelta(days=days)
+    removed = audit.prune_gone_nodes(before=cutoff, actor="watch_pods")
+    if removed:
+        logger.info("Removed %d history rows of nodes gone since %s", removed, cutoff)
+    return removed
+
+
+def run(
+    until: Callable[[], bool],
+    wake: threading.Event,
+    *,
+    first_after: float = FIRST_AFTER,
+    every: float = EVERY,
+) -> None:
+    """Housekeeping rounds until `until()`; `wake` is set to stop waiting early."""
+    delay = first_after
+    while not until():
+        if wake.wait(delay) and until():
+            return
+        try:
+            prune_gone_nodes_now()
+        except DatabaseError as exc:
+            logger.warning("Housekeeping failed, tried again later: %s", exc)
+        finally:
+            close_old_connections()
+        delay = every
+
+
+def start(until: Callable[[], bool], wake: threading.Event) -> threading.Thread:
+    thread = threading.Thread(
+        target=run, args=(until, wake), name="housekeeping", daemon=True
+    )
+    thread.start()
+    return thread
