@@ -9,21 +9,19 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from extender.scoring.admissions import WebhookAdmissions
 from extender.scoring.default_profile import (
     PLUGIN_WEIGHTS,
-    WebhookAdmissions,
     affinity_points,
     node_affinity_scores,
 )
 from extender.scoring.rules import WarmRules, seed_matches
+from extender.scoring.scenarios import SCENARIOS, Scenario, synthetic_workload
 from extender.scoring.simulation import (
-    SCENARIOS,
-    Scenario,
     format_table,
     run,
     scored_nodes,
     simulate,
-    synthetic_workload,
     with_options,
 )
 from extender.scoring.strategies import warm_inputs

@@ -1,5 +1,5 @@
 """How kube-scheduler's default profile ranks nodes for a pod with preferred terms,
-and the webhook's admissions, for the simulator's `webhook` mode.
+for the simulator's `webhook` mode (the admissions themselves: `admissions`).
 
 The model follows Kubernetes' own code (read at v1.31; unchanged since v1.25):
 
@@ -28,13 +28,7 @@ NodeAffinity's place: `simulation`).
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
-
-from extender.scoring.rules import WarmRules
-from extender.scoring.steering import SteeringMemory, plan_terms, remember_plan
-from extender.scoring.strategies import WarmStrategy
-from history.reader.memory import MemoryHistory
 
 MAX_NODE_SCORE = 100
 # Score plugin weights of the default profile (default_plugins.go).
@@ -68,55 +62,3 @@ def affinity_points(terms: Mapping[str, int], candidates: Sequence[str]) -> list
     """What NodeAffinity adds to each candidate's total: weight x normalised score."""
     weight = PLUGIN_WEIGHTS["NodeAffinity"]
     return [weight * score for score in node_affinity_scores(terms, candidates)]
-
-
-class WebhookAdmissions:
-    """The webhook as the simulator runs it: each pod is admitted when it is created
-    (every pod of a burst before any is scheduled) and gets the terms
-    `steering.plan_terms` makes from the history at that moment.
-
-    `workers` steering memories stand for the gunicorn workers: each review goes to
-    one of them at random, as the API server's new connections do. The pool comes
-    from the store as the webhook's comes from the database (`history.reader.pool`):
-    the nodes with a row placed, first seen or replaced in the last `pool_days`.
-    """
-
-    def __init__(
-        self,
-        *,
-        history: MemoryHistory,
-        rules: WarmRules,
-        workers: int,
-        window: float,
-        max_nodes: int,
-        nodes: Sequence[str],
-        pool_days: float,
-        seed: int,
-    ):
-        self.history = history
-        self.rules = rules
-        self.memories = [SteeringMemory() for _ in range(max(1, workers))]
-        self.window = window
-        self.max_nodes = max_nodes
-        self.pool_days = pool_days
-        # The watcher sees every node of the simulated cluster at the start.
-        history.seen.update(dict.fromkeys(nodes, 0.0))
-        self.rng = random.Random(seed + 15485863)
-
-    def admit(self, label: str, now: float) -> dict[str, int]:
-        """The terms for a new pod of `label` at `now`: {node: weight}."""
-        memory = self.rng.choice(self.memories)
-        plan = plan_terms(
-            label=label,
-            memory=memory,
-            now=now,
-            window=self.window,
-            max_nodes=self.max_nodes,
-            reader=self.history,
-            pool=self.history.pool(now=now, days=self.pool_days),
-            make_strategy=lambda reader: WarmStrategy(
-                rules=self.rules, reader=reader, half_life=self.history.half_life
-            ),
-        )
-        remember_plan(plan, memory=memory, now=now, window=self.window)
-        return {term.node: term.weight for term in plan.terms}

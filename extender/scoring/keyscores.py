@@ -55,7 +55,7 @@ def combine(
 ) -> list[int]:
     """Each node's value in the last of `maps` (general to specific) that has it,
     else `default`; a C-level lookup per node and map."""
-    found: list = list(repeat(default, len(nodes)))
+    found: list[int] = list(repeat(default, len(nodes)))
     for scores in maps:
         if scores:
             found = list(map(scores.get, nodes, found))

@@ -6,9 +6,10 @@ They know nothing about requests, caches or the database; the strategies
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from typing import Any
 
 from history.reader import Policies
 from history.recency import Row
@@ -256,7 +257,7 @@ def _warm_node(
     excess: float,
     policy: Policy,
     rules: WarmRules,
-) -> dict:
+) -> dict[str, object]:
     """Every step of one node's `warm` score, as a dict (see `warm_explain`)."""
     base, hotspot, load, score, applied = warm_steps(
         best, segments, active, excess, policy.nodes.get(node), policy, rules
@@ -289,7 +290,9 @@ def load_allowed(
     return sum(map(busy.get, nodes, repeat(0))) / len(nodes) * (1 + rules.load_slack)
 
 
-def excess_load(busy: Mapping[str, int] | None, nodes: Sequence[str], rules):
+def excess_load(
+    busy: Mapping[str, int] | None, nodes: Sequence[str], rules: WarmRules
+) -> Callable[[str], float]:
     """node -> active pipeline pods beyond the mean of `nodes` plus the slack."""
     allowed = load_allowed(busy, nodes, rules)
     if busy is None or allowed is None:
@@ -306,7 +309,7 @@ def warm_explain(
     nodes: Sequence[str],
     rules: WarmRules,
     busy: Mapping[str, int] | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Each node's `warm` score and how it came about, one dict per node, in order.
 
     `history` maps a node to its (key, raw count, weight at now) rows for `keys`;

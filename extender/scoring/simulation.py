@@ -20,7 +20,7 @@ The model, in brief:
   (NodeResourcesFit, weight 1) and the best wins, ties broken at random. A pod that
   fits nowhere waits in a FIFO queue until a pod finishes.
 * "webhook" models webhook mode: no extender; every pod of a burst is admitted by
-  the webhook (`default_profile.WebhookAdmissions`, the real steering code and
+  the webhook (`admissions.WebhookAdmissions`, the real steering code and
   `warm` scores) before any is scheduled, and the default profile adds
   NodeAffinity x 2 for the preferred terms (`default_profile` says where that
   model comes from).
@@ -42,37 +42,29 @@ import heapq
 import math
 import random
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from extender.scoring.default_profile import WebhookAdmissions, affinity_points
+from extender.scoring.admissions import WebhookAdmissions
+from extender.scoring.default_profile import affinity_points
 from extender.scoring.rules import WarmRules
 from extender.scoring.scenarios import (
-    SCENARIOS,
     Pod,
     Scenario,
     Workload,
-    ledger_workload,
     synthetic_workload,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.outcomes import WARMTHS, format_sections, summarize
 from history.reader.memory import MemoryHistory
 
-# Scenarios and workloads live in `scenarios`; importers of this module find them
-# here too.
 __all__ = [
-    "SCENARIOS",
     "STRATEGY_NAMES",
-    "Pod",
-    "Scenario",
-    "Workload",
     "format_table",
-    "ledger_workload",
     "run",
     "scored_nodes",
     "simulate",
-    "synthetic_workload",
     "with_options",
 ]
 
@@ -106,7 +98,7 @@ def scored_nodes(
     return found, (start + examined) % total
 
 
-def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
+def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str, Any]:
     """Place every pod of `workload` with `strategy`; return the measured figures."""
     rng = random.Random(scenario.seed + 104729)
     names = [f"node-{i:04d}" for i in range(scenario.nodes)]
@@ -125,7 +117,9 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
     warmth = {"exact": 0, "partial": 0, "cold": 0}
     # (outcome, startup, run) per warmth, as the ledger records them: the cost
     # model's extra start time is the startup, the pod's own time the run.
-    timings: dict[str, list] = {level: [] for level in WARMTHS}
+    timings: dict[str, list[tuple[str, float, float]]] = {
+        level: [] for level in WARMTHS
+    }
     concurrency: list[int] = []
     waits: list[float] = []
     saved = 0.0
@@ -263,7 +257,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict:
     }
 
 
-def _percentile(values: list, fraction: float):
+def _percentile(values: Sequence[float], fraction: float) -> float:
     if not values:
         return 0
     return values[min(len(values) - 1, int(math.ceil(fraction * len(values))) - 1)]
@@ -273,7 +267,7 @@ def run(
     scenario: Scenario,
     strategies: tuple[str, ...] = STRATEGY_NAMES,
     workload: Workload | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Simulate `scenario` once per strategy over the same workload.
 
     Returns {"scenario": parameters, "pods": n, "results": [figures per strategy],
@@ -316,7 +310,9 @@ CLOSE_TO_WARM = 0.10
 LOAD_TOLERANCE = 0.05
 
 
-def webhook_targets(*, none: dict, warm: dict, webhook: dict) -> dict:
+def webhook_targets(
+    *, none: dict[str, Any], warm: dict[str, Any], webhook: dict[str, Any]
+) -> dict[str, Any]:
     """Webhook mode against its targets: the margins and whether each is met."""
     load, warm_load = (
         webhook["busiest_over_mean_load"],
@@ -337,12 +333,12 @@ def webhook_targets(*, none: dict, warm: dict, webhook: dict) -> dict:
     }
 
 
-def with_options(scenario: Scenario, **options) -> Scenario:
+def with_options(scenario: Scenario, **options: Any) -> Scenario:
     """`scenario` with the given parameters overridden (None means keep)."""
     return replace(scenario, **{k: v for k, v in options.items() if v is not None})
 
 
-def format_table(report: dict) -> str:
+def format_table(report: dict[str, Any]) -> str:
     """A readable table of `run`'s report."""
     header = (
         f"{'strategy':<8} {'pods':>6} {'exact':>7} {'partial':>8} {'cold':>7} "
@@ -382,7 +378,7 @@ def format_table(report: dict) -> str:
     return "\n".join(lines + ["", format_outcomes(report)])
 
 
-def format_outcomes(report: dict) -> str:
+def format_outcomes(report: dict[str, Any]) -> str:
     """Startup and run by warmth per strategy, as `manage.py outcomes` prints them;
     beside them the ledger's measured figures when the report has them."""
     sections = [(r["strategy"], r["outcomes"]) for r in report["results"]]

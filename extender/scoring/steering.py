@@ -94,7 +94,7 @@ class SteeringMemory:
             self._steered.clear()
 
     @staticmethod
-    def _expire(entries: deque, before: float) -> None:
+    def _expire(entries: deque[tuple[float, str]], before: float) -> None:
         while entries and entries[0][0] <= before:
             entries.popleft()
 
@@ -228,7 +228,7 @@ def plan_terms(
     scores = strategy.score(label=label, nodes=nodes, now=now) if nodes else []
     busy = history.busy
 
-    def order(pair: tuple[str, int]) -> tuple:
+    def order(pair: tuple[str, int]) -> tuple[int, int, str]:
         node, score = pair
         return (-score, busy.get(node, 0) + steered.get(node, 0), node)
 

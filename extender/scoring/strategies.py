@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.conf import settings
 
@@ -40,10 +40,15 @@ class Strategy(Protocol):
 
     def explain(
         self, *, label: str | None, nodes: list[str], now: float | None = None
-    ) -> list[dict]: ...
+    ) -> list[dict[str, Any]]: ...
 
 
-def _read(reader: HistoryReader | None, keys, label: str, nodes) -> LabelHistory:
+def _read(
+    reader: HistoryReader | None,
+    keys: Sequence[str],
+    label: str,
+    nodes: Sequence[str] | None,
+) -> LabelHistory:
     return (reader or history_reader()).read(keys=keys, label=label, nodes=nodes)
 
 
@@ -67,7 +72,7 @@ class SeedStrategy:
 
     def explain(
         self, *, label: str | None, nodes: list[str], now: float | None = None
-    ) -> list[dict]:
+    ) -> list[dict[str, Any]]:
         """Why each node gets its score: one dict per node, in order.
 
         Keys: node, matched_segment (None when cold), segment_index, raw_count,
@@ -131,7 +136,7 @@ class WarmStrategy:
 
     def inputs(
         self, *, label: str | None, nodes: Sequence[str], now: float | None = None
-    ) -> dict:
+    ) -> dict[str, Any]:
         """The plain data `warm_scores` and `warm_explain` take, read at `now`."""
         keys = split_pipeline_label(label)
         if not keys:
@@ -162,7 +167,7 @@ class WarmStrategy:
 
     def explain(
         self, *, label: str | None, nodes: list[str], now: float | None = None
-    ) -> list[dict]:
+    ) -> list[dict[str, Any]]:
         """Why each node gets its score: one dict per node, in order.
 
         Keys: node, matched_segment, segment_index, raw_count, decayed_weight,
@@ -175,7 +180,7 @@ class WarmStrategy:
 
 def warm_inputs(
     history: LabelHistory | None, nodes: Sequence[str], now: float, half_life: float
-) -> dict:
+) -> dict[str, Any]:
     """The keyword arguments of `warm_scores`/`warm_explain` for `nodes`: the rows
     that count weighed at `now`, the active pods, the load and the policy."""
     if history is None:

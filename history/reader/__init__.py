@@ -79,7 +79,7 @@ def reading_ahead() -> Iterator[None]:
         reader.settle()
 
 
-def after_request(**kwargs) -> None:
+def after_request(**kwargs: object) -> None:
     """`request_finished` receiver: the reply is sent, so this thread's cache may
     do its housekeeping (see `CachedReader.after_request`) without delaying it."""
     cache: CachedReader | None = getattr(_CACHES, connection.vendor, None)

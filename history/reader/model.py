@@ -197,7 +197,9 @@ class Decoded:
     snapshot: str | None = None
 
 
-def decode(found: Iterable[tuple], as_timestamp: Callable[[Any], float]) -> Decoded:
+def decode(
+    found: Iterable[tuple[Any, ...]], as_timestamp: Callable[[Any], float]
+) -> Decoded:
     """Decode rows of (kind, first, second, third, number, real, real2)."""
     rows: dict[str, dict[str, tuple[int, float, float]]] = {}
     active: dict[str, dict[str, int]] = {}

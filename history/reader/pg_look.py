@@ -19,6 +19,7 @@ from then on (parsed and planned per call: about 0.1 ms more).
 from __future__ import annotations
 
 import select
+from typing import Any
 
 import psycopg
 from psycopg import pq
@@ -69,7 +70,7 @@ def send(pgconn: pq.abc.PGconn, previous: str | None, *, prepared: bool) -> None
         _wait(pgconn.socket, select.POLLOUT)
 
 
-def take(pgconn: pq.abc.PGconn) -> list[tuple]:
+def take(pgconn: pq.abc.PGconn) -> list[tuple[Any, ...]]:
     """Wait for the answer of the look sent on `pgconn`: rows of (snapshot,
     horizon, kind, key, node, xid), the first two the same on every row."""
     while True:
@@ -77,7 +78,7 @@ def take(pgconn: pq.abc.PGconn) -> list[tuple]:
         if not pgconn.is_busy():
             break
         _wait(pgconn.socket, select.POLLIN)
-    rows: list[tuple] = []
+    rows: list[tuple[Any, ...]] = []
     failed: pq.abc.PGresult | None = None
     # Every result is read, so the connection is idle again whatever happened.
     while (result := pgconn.get_result()) is not None:
@@ -90,7 +91,7 @@ def take(pgconn: pq.abc.PGconn) -> list[tuple]:
     return rows
 
 
-def _row(result: pq.abc.PGresult, row: int) -> tuple:
+def _row(result: pq.abc.PGresult, row: int) -> tuple[Any, ...]:
     snapshot, horizon, kind, key, node, xid = (
         result.get_value(row, i) for i in range(6)
     )

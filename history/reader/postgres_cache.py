@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import psycopg
 from django.db import connection
@@ -220,7 +221,7 @@ class PostgresCacheReader(CachedReader):
             except psycopg.Error as exc:
                 logger.warning("A history look sent ahead failed: %s", exc)
 
-    def _look(self) -> list[tuple]:
+    def _look(self) -> list[tuple[Any, ...]]:
         """The current snapshot and the log rows the previous one did not see."""
         ahead, self.ahead = self.ahead, None
         connection.ensure_connection()
@@ -263,7 +264,7 @@ class PostgresCacheReader(CachedReader):
             with connection.cursor() as cursor:
                 cursor.execute(_ADVANCE, [RETENTION_SECONDS])
                 cursor.execute(_DELETE_BELOW_HORIZON, [PRUNE_BATCH])
-                return cursor.rowcount
+                return int(cursor.rowcount)
         except DjangoDatabaseError as exc:
             logger.warning("Could not prune the history change log: %s", exc)
             return 0

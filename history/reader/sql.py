@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 import psycopg
@@ -86,7 +87,7 @@ class SqlReader:
         unique = list(distinct_keys(keys))
         if not unique or nodes is not None and not nodes:
             return empty_history(keys)
-        params: list = list(unique)
+        params: list[object] = list(unique)
         if nodes is None:
             condition = "1 = 1"
         else:
@@ -144,21 +145,23 @@ class SqlReader:
         )
 
 
-def fetch_all(sql: str, params: list) -> list[tuple]:
+def fetch_all(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Run one statement and return its rows. On PostgreSQL the parameters are
     bound on the server (a node list is one array parameter, not kilobytes of SQL
     text, and a statement run often is prepared once per connection)."""
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchall()
+            found: list[tuple[Any, ...]] = cursor.fetchall()
+            return found
     connection.ensure_connection()
     # Django's own wrappers: errors become Django's, and the query is logged where
     # Django logs queries.
     wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
     with wrapper(psycopg.Cursor(connection.connection), connection) as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
 
 
 def nodes_condition(column: str, nodes: Sequence[str]) -> tuple[str, str | list[str]]:

@@ -25,6 +25,7 @@ import logging
 import time
 
 from django.db import DatabaseError, connection
+from django.db.backends.utils import CursorWrapper
 
 from history.labels import split_pipeline_label
 from history.models import CountAdjustment, Placement
@@ -71,7 +72,7 @@ class SqliteCacheReader(CachedReader):
         self.extra_changed()
         self.token = token
 
-    def _mark(self, cursor) -> None:
+    def _mark(self, cursor: CursorWrapper) -> None:
         """Remember where the ledger ends; rows read after this are current."""
         cursor.execute(f"SELECT MAX(id) FROM {Placement._meta.db_table}")
         self.placement_id = cursor.fetchone()[0] or 0
@@ -81,7 +82,7 @@ class SqliteCacheReader(CachedReader):
         self.pod_id = cursor.fetchone()[0] or 0
         self.running_changed()
 
-    def _follow_ledger(self, cursor) -> None:
+    def _follow_ledger(self, cursor: CursorWrapper) -> None:
         """Re-read the rows of the pairs named by ledger rows added since."""
         cursor.execute(
             f"SELECT id, label, node FROM {Placement._meta.db_table} "
@@ -114,7 +115,7 @@ class SqliteCacheReader(CachedReader):
         self.changed(pairs)
         self._follow_pods(cursor)
 
-    def _follow_pods(self, cursor) -> None:
+    def _follow_pods(self, cursor: CursorWrapper) -> None:
         """Apply the pods that started or stopped running since the last look."""
         cursor.execute(
             f"SELECT id, label, node, delta FROM {POD_LOG} "

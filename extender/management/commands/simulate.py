@@ -11,12 +11,10 @@ import dataclasses
 import orjson
 from django.core.management.base import BaseCommand, CommandError
 
+from extender.scoring.scenarios import SCENARIOS, Scenario, ledger_workload
 from extender.scoring.simulation import (
-    SCENARIOS,
     STRATEGY_NAMES,
-    Scenario,
     format_table,
-    ledger_workload,
     run,
     with_options,
 )

@@ -1,0 +1,64 @@
+"""The webhook as the simulator runs it: the real steering code, admitting each pod
+of a burst before any is scheduled (the ranking that follows: `default_profile`)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from extender.scoring.rules import WarmRules
+from extender.scoring.steering import SteeringMemory, plan_terms, remember_plan
+from extender.scoring.strategies import WarmStrategy
+from history.reader.memory import MemoryHistory
+
+
+class WebhookAdmissions:
+    """The webhook as the simulator runs it: each pod is admitted when it is created
+    (every pod of a burst before any is scheduled) and gets the terms
+    `steering.plan_terms` makes from the history at that moment.
+
+    `workers` steering memories stand for the gunicorn workers: each review goes to
+    one of them at random, as the API server's new connections do. The pool comes
+    from the store as the webhook's comes from the database (`history.reader.pool`):
+    the nodes with a row placed, first seen or replaced in the last `pool_days`.
+    """
+
+    def __init__(
+        self,
+        *,
+        history: MemoryHistory,
+        rules: WarmRules,
+        workers: int,
+        window: float,
+        max_nodes: int,
+        nodes: Sequence[str],
+        pool_days: float,
+        seed: int,
+    ):
+        self.history = history
+        self.rules = rules
+        self.memories = [SteeringMemory() for _ in range(max(1, workers))]
+        self.window = window
+        self.max_nodes = max_nodes
+        self.pool_days = pool_days
+        # The watcher sees every node of the simulated cluster at the start.
+        history.seen.update(dict.fromkeys(nodes, 0.0))
+        self.rng = random.Random(seed + 15485863)
+
+    def admit(self, label: str, now: float) -> dict[str, int]:
+        """The terms for a new pod of `label` at `now`: {node: weight}."""
+        memory = self.rng.choice(self.memories)
+        plan = plan_terms(
+            label=label,
+            memory=memory,
+            now=now,
+            window=self.window,
+            max_nodes=self.max_nodes,
+            reader=self.history,
+            pool=self.history.pool(now=now, days=self.pool_days),
+            make_strategy=lambda reader: WarmStrategy(
+                rules=self.rules, reader=reader, half_life=self.history.half_life
+            ),
+        )
+        remember_plan(plan, memory=memory, now=now, window=self.window)
+        return {term.node: term.weight for term in plan.terms}
