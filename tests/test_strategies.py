@@ -481,3 +481,27 @@ def test_kept_key_scores_equal_warm_scores_at_every_instant():
             if isinstance(entry[2], WarmKey)
         )
     assert unsettled > 0
+
+
+def test_kept_key_scores_are_bounded_per_key_across_time_windows():
+    """Each new time window builds new kept scores; the old ones are dropped."""
+    from history.reader import memo as memo_module
+
+    kept = KeyMemo()
+    kept.start("ci")
+    history = LabelHistory(
+        keys=("ci",),
+        by_key={"ci": {"n1": (3, 3.0, 1.7e9)}},
+        replaced={},
+        active={},
+        busy={},
+        memo=kept,
+    )
+    half_life = 7 * DAY
+    for window in range(3 * memo_module.MAX_TAGS):
+        now = 1.7e9 + window * half_life / 200
+        warm_fast(
+            history, ["n1"], now=now, half_life=half_life, rules=RULES, policy=NO_POLICY
+        )
+    assert len(kept.derived["ci"]) == memo_module.MAX_TAGS
+    assert kept.bytes == sum(entry[3] for entry in kept.derived["ci"].values())

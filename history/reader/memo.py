@@ -27,6 +27,10 @@ _EPOCHS = itertools.count(1)
 MAX_CHANGES = 20000
 # Estimated bytes per entry of a derived mapping (a dict slot and a small int).
 DERIVED_BYTES = 64
+# Derived values kept per key, least recently used dropped first: a key's positions
+# in labels times the strategies, and the `warm` time window each was built for (a
+# new window makes the old one's values useless).
+MAX_TAGS = 16
 
 
 class KeyMemo:
@@ -92,16 +96,22 @@ class KeyMemo:
         entry = by_tag.get(tag)
         if entry is not None and entry[0] == epoch:
             value = entry[2]
+            del by_tag[tag]  # re-inserted last: most recently used
             if entry[1] < len(changes):
                 update(value, rows, set(changes[entry[1] :]))
                 size = _size(value)
                 self.bytes += size - entry[3]
-                by_tag[tag] = (epoch, len(changes), value, size)
+                entry = (epoch, len(changes), value, size)
+            by_tag[tag] = entry
             return value
         value = build(rows)
         size = _size(value)
         if entry is not None:
             self.bytes -= entry[3]
+            del by_tag[tag]
+        while len(by_tag) >= MAX_TAGS:
+            oldest = next(iter(by_tag))
+            self.bytes -= by_tag.pop(oldest)[3]
         self.bytes += size
         by_tag[tag] = (epoch, len(changes), value, size)
         return value
