@@ -89,6 +89,13 @@ class ExtenderArgs:
             )
         return names
 
+    def candidate_count(self) -> int:
+        """How many candidate nodes the scheduler sent, names unchecked."""
+        if self.node_names is not None:
+            return len(self.node_names)
+        items = self.nodes.get("items") if self.nodes is not None else None
+        return len(items or ())
+
     def pod_label(self, label: str) -> str | None:
         """The value of the pod's label `label`, or None when the pod lacks it.
 
