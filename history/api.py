@@ -97,7 +97,7 @@ class PlacementSerializer(serializers.ModelSerializer):
         return obj.finished_at is None
 
 
-class KeyFilter(django_filters.FilterSet):
+class KeyFilterSet(django_filters.FilterSet):
     search = django_filters.CharFilter(
         field_name="key", lookup_expr="icontains", help_text="Part of the key."
     )
@@ -108,7 +108,7 @@ class KeyListView(HistoryAPIView):
 
     serializer_class = KeyTotalSerializer
     filter_backends = [DjangoFilterBackend]
-    filterset_class = KeyFilter
+    filterset_class = KeyFilterSet
 
     def get_queryset(self):
         return queries.key_totals()
@@ -126,7 +126,7 @@ class KeyNodeListView(HistoryAPIView):
         return rows
 
 
-class PlacementFilter(django_filters.FilterSet):
+class PlacementFilterSet(django_filters.FilterSet):
     key = django_filters.CharFilter(
         method="filter_key", help_text="A key: label contains it as a whole segment."
     )
@@ -161,7 +161,7 @@ class PlacementListView(HistoryAPIView):
     serializer_class = PlacementSerializer
     queryset = Placement.objects.order_by("-bound_at", "-pk")
     filter_backends = [DjangoFilterBackend]
-    filterset_class = PlacementFilter
+    filterset_class = PlacementFilterSet
 
 
 class OutcomeQuerySerializer(serializers.Serializer):
