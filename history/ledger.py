@@ -53,7 +53,7 @@ def increment_key_nodes(
     at = now.timestamp()
     table = KeyNode._meta.db_table
     rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(unique_keys))
-    params: list = []
+    params: list[str | int | float | datetime] = []
     for key in unique_keys:
         params += [key, node, by, float(by), at, now, now, now]
     sql = (

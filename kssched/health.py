@@ -40,7 +40,7 @@ def readyz(request):
     if reason:
         logger.warning("Not ready: %s", reason)
         return JsonResponse({"status": "unready", "reason": reason}, status=503)
-    answer = {"status": "ready"}
+    answer: dict[str, object] = {"status": "ready"}
     try:
         skipped = _skipped_events()
     except DatabaseError as exc:

@@ -91,18 +91,19 @@ def history_overview(context):
         return {"visible": False}
     now = timezone.now()
     active = Placement.objects.filter(finished_at__isnull=True)
-    busiest_nodes = list(
+    busiest = list(
         KeyNode.objects.values("node")
         .annotate(total=Sum("count"), keys=Count("key"))
         .order_by("-total", "node")[:BUSIEST]
     )
     active_by_node = dict(
-        active.filter(node__in=[row["node"] for row in busiest_nodes])
+        active.filter(node__in=[row["node"] for row in busiest])
         .values_list("node")
         .annotate(n=Count("pk"))
     )
-    for row in busiest_nodes:
-        row["active"] = active_by_node.get(row["node"], 0)
+    busiest_nodes = [
+        {**row, "active": active_by_node.get(row["node"], 0)} for row in busiest
+    ]
     totals = {
         "keys": KeyNode.objects.values("key").distinct().count(),
         "nodes": KeyNode.objects.values("node").distinct().count(),

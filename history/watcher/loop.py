@@ -335,7 +335,13 @@ class Stream:
             self.handler.observe(Step(LISTED, len(objects), outcomes))
         self._count_processed(len(objects))
 
-    def _save(self, resource_version: str, events: int, relisted=False, skipped=""):
+    def _save(
+        self,
+        resource_version: str,
+        events: int,
+        relisted: bool = False,
+        skipped: str = "",
+    ) -> None:
         """Save progress (inside the caller's transaction).
 
         Streams without a checkpoint keep only the health fields, and only for a
