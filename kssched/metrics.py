@@ -214,14 +214,15 @@ class HistoryCollector:
         from django.db import DatabaseError
         from django.db.models import Count, Q
 
-        from history.models import Placement, WatchState
+        from history.models import Placement
+        from history.watcher.health import stream_health
 
         up = GaugeMetricFamily(
             "kssched_database_up",
             "1 when the database answered the metrics queries, else 0.",
         )
         try:
-            states = list(WatchState.objects.all())
+            streams = stream_health()
             ledger = Placement.objects.aggregate(
                 total=Count("pk"),
                 active=Count("pk", filter=Q(finished_at__isnull=True)),
@@ -237,10 +238,12 @@ class HistoryCollector:
             return
         up.add_metric([], 1)
         yield up
-        yield from self._watch_metrics(states)
+        yield from self._watch_metrics(streams)
         yield from self._ledger_metrics(ledger)
 
-    def _watch_metrics(self, states):
+    def _watch_metrics(self, streams):
+        from history.watcher.health import seconds_since
+
         now = timezone.now()
         events = CounterMetricFamily(
             "kssched_watch_events",
@@ -269,19 +272,16 @@ class HistoryCollector:
             "stream: how old the counts the extender serves may be.",
             labels=["stream"],
         )
-        for state in states:
-            events.add_metric([state.name], state.events)
-            relists.add_metric([state.name], state.relists)
-            skipped.add_metric([state.name], state.skipped_events)
-            if state.last_event_at:
-                age = (now - state.last_event_at).total_seconds()
-                event_age.add_metric([state.name], age)
-            latest = max(
-                (t for t in (state.last_event_at, state.heartbeat_at) if t),
-                default=None,
-            )
-            if latest:
-                staleness.add_metric([state.name], (now - latest).total_seconds())
+        for stream in streams:
+            events.add_metric([stream.name], stream.events)
+            relists.add_metric([stream.name], stream.relists)
+            skipped.add_metric([stream.name], stream.skipped_events)
+            age = seconds_since(stream.last_event_at, now)
+            if age is not None:
+                event_age.add_metric([stream.name], age)
+            stale = seconds_since(stream.last_progress_at, now)
+            if stale is not None:
+                staleness.add_metric([stream.name], stale)
         yield from (events, relists, skipped, event_age, staleness)
 
     def _ledger_metrics(self, ledger):

@@ -6,7 +6,8 @@
   unit of work, and which database errors are fatal, transient or data errors;
 - pods.py: `decide(pod)`, the pure rule for when a pod counts, and PodHandler;
 - nodes.py: node identity; lease.py: leader election; process.py: the process;
-- state.py: checkpoints and health in WatchState; metrics.py, heartbeat.py;
+- state.py: checkpoints and health in WatchState; health.py: that health as the
+  probes, the admin and /metrics read it; metrics.py, heartbeat.py;
 - kube.py: the only module that imports `kubernetes`.
 
 Kept free of imports, so `watcher_health` loads only what it uses.

@@ -38,12 +38,12 @@ from django.db import DatabaseError
 from history.exceptions import WatcherFatalError
 from history.watcher import kube, metrics, state
 from history.watcher.handler import INVALID, LISTED, RECEIVED, RELISTING, Handler, Step
+from history.watcher.health import first_line
 from history.watcher.heartbeat import Heartbeat
 from history.watcher.options import Backoff, Options
 from history.watcher.transactions import (
     DATA_ERROR_ATTEMPTS,
     Unwritable,
-    first_line,
     in_transaction,
 )
 
