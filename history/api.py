@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 
 from history import outcomes, queries
 from history.models import KeyNode, Placement
+from history.permissions import can_view_history
 from history.validation import nul_message, nul_parameter
 
 
@@ -29,13 +30,9 @@ class HistoryViewPermission(BasePermission):
     """Authenticated users holding the view permission on the history models."""
 
     message = "You need the view permission on pipeline history."
-    required = ("history.view_keynode", "history.view_placement")
 
     def has_permission(self, request, view):
-        user = request.user
-        return bool(
-            user and user.is_authenticated and user.is_active
-        ) and user.has_perms(self.required)
+        return bool(request.user) and can_view_history(request.user)
 
 
 class HistoryPagination(PageNumberPagination):

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from history import outcomes, queries
 from history.models import KeyNode, NodeRecord, Placement
+from history.permissions import can_view_history
 from history.watcher.health import has_reported, seconds_since, stream_health
 from history.watcher.heartbeat import default_max_age
 
@@ -86,8 +87,7 @@ def watcher_status(now: datetime) -> dict:
 def history_overview(context):
     """Totals, busiest keys and nodes, watcher status and database backend."""
     request = context["request"]
-    user = request.user
-    if not user.has_perms(("history.view_keynode", "history.view_placement")):
+    if not can_view_history(request.user):
         return {"visible": False}
     now = timezone.now()
     active = Placement.objects.filter(finished_at__isnull=True)
