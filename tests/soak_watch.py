@@ -212,11 +212,11 @@ def hold_write_lock(seconds: float):
 
 def expected_counts(placed: dict[str, tuple[str, str]]) -> Counter:
     """KeyNode counts for {uid: (label at binding, node)}."""
-    from history.labels import split_pipeline_label
+    from history.labels import distinct_keys, split_pipeline_label
 
     counts: Counter = Counter()
     for label, node in placed.values():
-        for key in dict.fromkeys(split_pipeline_label(label)):
+        for key in distinct_keys(split_pipeline_label(label)):
             counts[key, node] += 1
     return counts
 
