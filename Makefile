@@ -85,7 +85,8 @@ lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff format --check .
 
 # The import layers (history never imports extender, no cycles; pyproject.toml) and
-# the types of the application code (mypy.ini).
+# the types of the application code (mypy.ini: every function body checked, strict
+# for the ledger and the watcher).
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
