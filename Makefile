@@ -13,7 +13,7 @@ export KSSCHED_BIND KSSCHED_EXTENDER_BIND
 # What to type in a browser for an address that listens everywhere.
 browse = $(subst 0.0.0.0,localhost,$(subst [::],localhost,$(1)))
 
-.PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench soak clean
+.PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench bench-cluster soak clean
 .PHONY: outcomes-demo
 .PHONY: docker-build docker-push deploy-yaml screenshots demo manage
 
@@ -126,6 +126,11 @@ test: lint checks typecheck pytest
 # DATABASE_URL=postgres://... benchmarks against PostgreSQL instead of SQLite.
 bench: $(VENV)/.dev-installed
 	$(PY) -m tests.bench.run $(BENCH_ARGS)
+
+# Prioritize on a history shaped like a large CI installation (tests/bench/cluster.py):
+# 1 M KeyNode rows, 5 000 nodes, labels at random, writes, running pods, node churn.
+bench-cluster: $(VENV)/.dev-installed
+	$(PY) -m tests.bench.cluster $(BENCH_ARGS)
 
 # The watcher through >= 1000 pods with injected faults, ending with exact counts;
 # figures to stdout, JSON to var/soak-watch.json. SOAK_ARGS="--pods 5000" for more.

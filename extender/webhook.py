@@ -45,44 +45,11 @@ from extender.scoring.steering import (
 )
 from extender.scoring.strategies import get_strategy
 from history.labels import split_pipeline_label
-from history.queries import pool_nodes
+from history.reader import history_reader
 
 logger = logging.getLogger(__name__)
 
 WARNING_PREFIX = "ks-scheduler: "
-# The pipeline pool is re-read at most this often: it changes as nodes come and go.
-POOL_SECONDS = 60.0
-
-
-class PipelinePool:
-    """The pipeline pool, re-read at most once a minute: the nodes that ran a
-    pipeline pod, or that the watcher first saw, in the last
-    KSSCHED_WEBHOOK_POOL_DAYS (`history.queries.pool_nodes`).
-
-    `plan_terms` scores them with the nodes that have history for the label, so
-    the load rule compares a node with the pool's mean as prioritize compares it
-    with kube-scheduler's candidates. Per process, like the steering memory.
-    """
-
-    def __init__(self) -> None:
-        self.read_at: float | None = None
-        self.nodes: tuple[str, ...] = ()
-
-    def at(self, now: float) -> tuple[str, ...]:
-        """The pool as of `now` (re-read when older than POOL_SECONDS)."""
-        if self.read_at is None or not 0 <= now - self.read_at < POOL_SECONDS:
-            since = now - settings.KSSCHED_WEBHOOK_POOL_DAYS * 86400.0
-            self.nodes = tuple(pool_nodes(since=since))
-            self.read_at = now
-        return self.nodes
-
-    def clear(self) -> None:
-        """Forget the pool: the next call reads it."""
-        self.read_at = None
-        self.nodes = ()
-
-
-pipeline_pool = PipelinePool()
 
 
 def pod_decision(pod: dict) -> tuple[str | None, str]:
@@ -127,7 +94,7 @@ def answer_review(
         if label is None:
             logger.debug("No terms for pod %s: %s", request.pod_ref(), why)
             return admission_response(uid)
-        pool = pipeline_pool.at(now)
+        pool = history_reader().pool(now=now, days=settings.KSSCHED_WEBHOOK_POOL_DAYS)
         plan = plan_terms(label=label, memory=memory, now=now, pool=pool)
         patch = patch_for(pod, plan)
     except PodShapeError as exc:
@@ -224,7 +191,7 @@ def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
         memory=memory,
         now=now,
         make_strategy=_named(strategy),
-        pool=pipeline_pool.at(now),
+        pool=history_reader().pool(now=now, days=settings.KSSCHED_WEBHOOK_POOL_DAYS),
     )
     assert plan.strategy is not None
     body["strategy"] = plan.strategy.name
@@ -233,7 +200,7 @@ def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
     # Scored over the whole pool (the load rule's mean), shown for the nodes with
     # history, a term or steered pods.
     assert plan.history is not None
-    shown = plan.history.rows.keys() | weights.keys() | plan.steered.keys()
+    shown = plan.history.nodes() | weights.keys() | plan.steered.keys()
     rows = [
         row
         for row in plan.strategy.explain(label=label, nodes=plan.nodes, now=now)

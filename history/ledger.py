@@ -202,7 +202,8 @@ def classify_warmth(*, keys: Sequence[str], node: str) -> str:
     if not keys:
         return Placement.Warmth.COLD
     # In the caller's transaction: the plain statement, never a cache.
-    history = SqlReader().read(keys=keys, label="", nodes=[node])
+    # Only the node's rows: no running pods or policies, whatever runs elsewhere.
+    history = SqlReader().node_history(keys=keys, node=node)
     warm = {key for key, _, _, _ in history.rows_that_count(node)}
     if keys[-1] in warm:
         return Placement.Warmth.EXACT

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django.db.models import Count, Max, Q, Sum
 
 from history.labels import split_pipeline_label
-from history.models import KeyNode, NodeRecord, Placement
+from history.models import KeyNode, Placement
 
 
 def placements_with_key(*, key: str):
@@ -51,24 +49,3 @@ def key_totals():
         )
         .order_by("-total", "key")
     )
-
-
-def pool_nodes(*, since: float) -> list[str]:
-    """The nodes pipeline pods can run on, as far as the history knows, sorted.
-
-    Those with a KeyNode row placed at or after `since` (Unix seconds; rows are
-    valued at their last placement, `decayed_at`) and those the watcher first saw,
-    or saw replaced, since then: idle nodes count too, and nodes gone for longer
-    drop out.
-    """
-    seen_since = datetime.fromtimestamp(since, tz=UTC)
-    placed = (
-        KeyNode.objects.filter(count__gt=0, decayed_at__gte=since)
-        .order_by()
-        .values_list("node", flat=True)
-        .distinct()
-    )
-    seen = NodeRecord.objects.filter(
-        Q(first_seen_at__gte=seen_since) | Q(updated__gte=seen_since)
-    ).values_list("name", flat=True)
-    return sorted(set(placed) | set(seen))

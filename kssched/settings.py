@@ -279,6 +279,10 @@ KSSCHED_HALF_LIFE_DAYS = env.float("KSSCHED_HALF_LIFE_DAYS", default=7.0)
 # from the ledger; PostgreSQL: from a trigger-written change log). Off: one
 # statement per call, straight from the database.
 KSSCHED_HISTORY_CACHE = env.bool("KSSCHED_HISTORY_CACHE", default=True)
+# The most each worker's history cache holds, in MiB (estimated): rows of the keys
+# asked about and the scores derived from them, least recently used keys dropped
+# first. One KeyNode row is about 200 bytes (history.reader.cache).
+KSSCHED_HISTORY_CACHE_MB = env.float("KSSCHED_HISTORY_CACHE_MB", default=96.0)
 # Full Node lists are large (1000 nodes are about 14 MB); only the extender routes
 # accept bodies this big, the rest of the site keeps Django's default limit. A body
 # may decode to at most 8 times this (extender.parsers): the deployment's memory

@@ -35,9 +35,13 @@ NODES = [f"n{i}" for i in range(12)]
 @pytest.fixture(autouse=True)
 def empty_change_log(transactional_db):
     """The log is not a model, so the test database's flush leaves it: each test
-    starts without the rows of the ones before."""
+    starts without the rows of the ones before, and with a cache that starts over
+    (the flush's TRUNCATE, which would tell it, is gone with the log)."""
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM history_change")
+    reader = history_reader()
+    if isinstance(reader, PostgresCacheReader):
+        reader.clear()
 
 
 LABELS = ["ci-java-app", "ci-go", "ci-java"]
@@ -482,3 +486,50 @@ def test_an_admin_edit_on_one_replica_shows_in_the_next_answer_of_another():
         # Both workers of the other replica answer with the edit at once.
         for _ in range(4):
             assert prioritize()[0] == {"Host": "n1", "Score": 6}
+
+
+def running(reader):
+    """The running pods a reader sees: every label's own and all of them."""
+    found = []
+    for label in LABELS:
+        keys = label.split("-")
+        history = reader.read(keys=keys, label=label, nodes=NODES)
+        found.append((dict(history.active), dict(history.busy)))
+    return found
+
+
+def test_running_pods_are_followed_pod_by_pod():
+    """After the first read, placements and finishes are applied from the log:
+    the next read does not read every running pod again, and still agrees."""
+    from django.test.utils import CaptureQueriesContext
+
+    for i in range(6):
+        place(f"r{i}", LABELS[i % 3], NODES[i])
+    cache = history_reader()
+    assert running(cache) == running(SqlReader())
+    in_other_connection(lambda: place("late", "ci-go", "n3"))
+    in_other_connection(lambda: ledger.finish_placement(pod_uid="r1"))
+    with CaptureQueriesContext(connection) as queries:
+        cache.read(keys=["ci", "go"], label="ci-go", nodes=NODES)
+    assert not [q for q in queries if "finished_at IS NULL" in q["sql"]]
+    assert running(cache) == running(SqlReader())
+    assert_exact(cache)
+
+
+def test_a_pod_read_whole_is_not_counted_again_by_the_next_look():
+    """The running pods read whole after a look already hold a placement that the
+    next look reports as new: it is counted once."""
+    place("a", "ci-go", "n1")
+    cache = history_reader()
+    assert running(cache) == running(SqlReader())
+    cache.running_changed()
+    with reading_ahead():
+        assert cache.ahead is not None
+        # Committed after the look was sent, before the running pods are read.
+        in_other_connection(lambda: place("b", "ci-go", "n2"))
+        cache.read(keys=["ci", "go"], label="ci-go", nodes=NODES)
+    assert cache.running_snapshot is not None
+    assert running(cache) == running(SqlReader())
+    in_other_connection(lambda: ledger.finish_placement(pod_uid="b"))
+    assert running(cache) == running(SqlReader())
+    assert_exact(cache)

@@ -151,3 +151,43 @@ def test_readers_agree_after_more_writes_between_reads():
     expected = answers(compared["sql"], label, nodes, when)
     for name, reader in compared.items():
         assert answers(reader, label, nodes, when) == expected, name
+
+
+@pytest.mark.parametrize("budget_mb", [96.0, 0.002])
+def test_readers_agree_under_random_labels_writes_and_node_churn(settings, budget_mb):
+    """Random labels (new ones too), placements and finishes between reads, nodes
+    replaced and new node names appearing, with the cache's default budget and with
+    one so small that it drops keys on almost every read."""
+    settings.KSSCHED_HISTORY_CACHE_MB = budget_mb
+    rng = random.Random(21)
+    now = timezone.now()
+    build_history(rng, now)
+    cached = history_reader()
+    churned = list(NODES)
+    for step in range(40):
+        for _ in range(rng.randint(0, 4)):
+            uid = f"w{step}-{rng.random()}"
+            ledger.record_placement(
+                pod_uid=uid,
+                namespace="ci",
+                name=uid,
+                label=rng.choice([*LABELS, f"ci-new-p{step}"]),
+                node=rng.choice(churned),
+            )
+            if rng.random() < 0.5:
+                ledger.finish_placement(pod_uid=uid)
+        if step % 7 == 3:
+            # An autoscaled node goes and another name takes its place; one
+            # that stays is replaced under its name.
+            churned[rng.randrange(len(churned))] = f"new-{step}"
+            record_node_seen(name=rng.choice(churned), uid=f"u{step}", now=now)
+        memory = memory_copy()
+        for _ in range(3):
+            label = rng.choice([*LABELS, f"ci-new-p{step}", "ci-unknown"])
+            nodes = rng.sample(churned + ["stranger"], rng.randint(1, len(churned)))
+            when = (now + timedelta(days=rng.choice([0, 0.3, 3]))).timestamp()
+            expected = answers(SqlReader(), label, nodes, when)
+            assert answers(cached, label, nodes, when) == expected, ("cache", step)
+            assert answers(memory, label, nodes, when) == expected, ("memory", step)
+    if budget_mb < 1:
+        assert len(cached.rows) <= len(LABELS[0].split("-")) + 1

@@ -10,13 +10,12 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection, transaction
 
+from extender.scoring.keyscores import WarmKey
 from extender.scoring.rules import WarmRules, seed_matches
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
-from extender.scoring.window import WarmWindow
 from history import corrections, labels, ledger, recency
 from history.models import KeyNode, KeyPolicy, NodePolicy
-from history.reader import history_reader
-from history.reader.cache import CachedReader
+from history.reader import history_reader, memo
 from history.watcher import state
 from tests.helpers import in_other_connection
 
@@ -314,15 +313,51 @@ def test_a_broken_invalidation_is_caught(monkeypatch):
     now = time.time()
     place("a", "ci-java", "node-1")
     assert_warm_agrees(now)
-    monkeypatch.setattr(WarmWindow, "set_node", lambda *args, **kwargs: None)
+    monkeypatch.setattr(WarmKey, "update", lambda *args, **kwargs: None)
     place("b", "ci-java-maven-p1", "node-2")
     with pytest.raises(AssertionError):
         assert_warm_agrees(now)
 
 
 def test_warm_starts_over_when_a_change_log_is_full(monkeypatch):
-    monkeypatch.setattr(CachedReader, "max_changes", 3)
+    monkeypatch.setattr(memo, "MAX_CHANGES", 3)
     now = time.time()
     for i in range(8):
         place(f"p{i}", LABELS[i % 3], NODES[i])
         assert_warm_agrees(now)
+
+
+def test_a_placement_costs_the_next_read_only_what_changed():
+    """Running pods are followed pod by pod: after a placement or a finish the
+    next read does not read every running pod again, and still agrees."""
+    from django.test.utils import CaptureQueriesContext
+
+    for i in range(20):
+        place(f"run-{i}", LABELS[i % len(LABELS)], NODES[i])
+    assert_agree()
+    in_other_connection(lambda: place("late", "ci-go-p2", "node-3"))
+    in_other_connection(lambda: ledger.finish_placement(pod_uid="run-4"))
+    with CaptureQueriesContext(connection) as queries:
+        history_reader().read(keys=["ci", "go", "p2"], label="ci-go-p2", nodes=NODES)
+    assert not [q for q in queries if "finished_at IS NULL" in q["sql"]], queries
+    assert_agree()
+
+
+def test_a_cache_behind_the_pruned_pod_log_reads_the_running_pods_again(
+    monkeypatch,
+):
+    from history.reader import sqlite_cache
+
+    place("a", "ci-go-p2", "node-1")
+    assert_agree()
+    monkeypatch.setattr(sqlite_cache, "POD_LOG_KEEP", 0)
+
+    def finish_and_prune():
+        ledger.finish_placement(pod_uid="a")
+        place("b", "ci-go-p2", "node-2")
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM history_podlog")
+        place("c", "ci-java-p1", "node-3")
+
+    in_other_connection(finish_and_prune)
+    assert_agree()

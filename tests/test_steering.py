@@ -5,7 +5,6 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.test import override_settings
 from django.utils import timezone
 
 from extender.scoring import steering
@@ -18,12 +17,11 @@ from extender.scoring.steering import (
     with_steered,
 )
 from extender.scoring.strategies import WarmStrategy
-from extender.webhook import PipelinePool
 from history.ledger import increment_key_nodes
 from history.models import NodeRecord
-from history.queries import pool_nodes
 from history.reader import empty_history
 from history.reader.memory import MemoryHistory
+from history.reader.pool import Pool, read_pool
 from tests.helpers import place
 
 HOUR = 3600.0
@@ -181,16 +179,15 @@ def test_pool_nodes_are_those_placed_or_seen_recently():
         updated=timezone.now() - timedelta(days=9),
     )
     since = time.time() - 7 * 86400
-    assert pool_nodes(since=since) == ["n1", "n3"]
+    assert read_pool(since) == ["n1", "n3"]
 
 
 @pytest.mark.django_db
 def test_webhook_pool_is_read_once_a_minute():
-    pool = PipelinePool()
+    pool = Pool(read_pool)
     place("u1", "ci-app", "n1")
-    with override_settings(KSSCHED_WEBHOOK_POOL_DAYS=7):
-        now = time.time()
-        assert pool.at(now) == ("n1",)
-        place("u2", "ci-app", "n2")
-        assert pool.at(now + 30) == ("n1",)
-        assert pool.at(now + 61) == ("n1", "n2")
+    now = time.time()
+    assert pool.at(now=now, days=7) == ("n1",)
+    place("u2", "ci-app", "n2")
+    assert pool.at(now=now + 30, days=7) == ("n1",)
+    assert pool.at(now=now + 61, days=7) == ("n1", "n2")

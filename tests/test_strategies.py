@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from extender.scoring.keyscores import WarmKey, warm_fast
 from extender.scoring.rules import (
     NO_POLICY,
     WarmRules,
@@ -14,10 +15,10 @@ from extender.scoring.rules import (
     warm_scores,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy, get_strategy
-from extender.scoring.window import WarmWindow
 from history.ledger import increment_key_nodes, record_placement
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord
-from history.reader import Policies
+from history.reader import LabelHistory, Policies
+from history.reader.memo import KeyMemo
 from history.recency import accumulate_decayed, decayed_weight
 from history.watcher.state import record_node_seen
 
@@ -379,9 +380,9 @@ def test_warm_is_the_default_outside_the_test_suite(tmp_path):
     assert result.stdout.strip() == "warm"
 
 
-def test_kept_window_scores_equal_warm_scores_at_every_instant():
-    """WarmWindow answers what warm_scores answers at any instant of its window,
-    with rows built to cross min_weight and rounding boundaries inside it."""
+def test_kept_key_scores_equal_warm_scores_at_every_instant():
+    """Scores kept per key answer what warm_scores answers at any instant of their
+    window, with rows built to cross min_weight and rounding boundaries inside it."""
     rng = random.Random(11)
     half_life = 7 * DAY
     rules = WarmRules()
@@ -438,14 +439,32 @@ def test_kept_window_scores_equal_warm_scores_at_every_instant():
         )
         active = {node: rng.randint(1, 3) for node in rng.sample(nodes, 5)}
         busy = {node: active.get(node, 0) + rng.randint(0, 2) for node in nodes[::3]}
-        window = WarmWindow(keys=keys, policy=policy, rules=rules)
+        by_key: dict[str, dict] = {key: {} for key in keys}
         for node, rows in history.items():
-            window.set_node(node, weigh(rows, start), weigh(rows, end))
-        unsettled += len(window.unsettled)
+            for key, count, weight, at in rows:
+                by_key[key][node] = (count, weight, at)
+        kept_memo = KeyMemo()
+        for key in keys:
+            kept_memo.start(key)
+        label_history = LabelHistory(
+            keys=tuple(keys),
+            by_key=by_key,
+            replaced={},
+            active=active,
+            busy=busy,
+            memo=kept_memo,
+        )
         for now in [start, end, *(rng.uniform(start, end) for _ in range(15))]:
             exact = {node: weigh(rows, now) for node, rows in history.items()}
             asked = rng.sample(nodes, rng.randint(1, 40))
-            kept = window.scores(nodes=asked, active=active, busy=busy, history=exact)
+            kept = warm_fast(
+                label_history,
+                asked,
+                now=now,
+                half_life=half_life,
+                rules=rules,
+                policy=policy,
+            )
             assert kept == warm_scores(
                 keys=keys,
                 history=exact,
@@ -455,4 +474,10 @@ def test_kept_window_scores_equal_warm_scores_at_every_instant():
                 nodes=asked,
                 rules=rules,
             )
+        unsettled += sum(
+            len(entry[2].unsettled)
+            for by_tag in kept_memo.derived.values()
+            for entry in by_tag.values()
+            if isinstance(entry[2], WarmKey)
+        )
     assert unsettled > 0

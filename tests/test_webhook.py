@@ -16,9 +16,9 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from extender.scoring.steering import process_memory
-from extender.webhook import pipeline_pool
 from history.ledger import increment_key_nodes, record_placement
 from history.models import NodePolicy
+from history.reader.pool import database_pool
 from tests.fakeapi import make_pod
 
 URL = "/webhook/mutate"
@@ -34,11 +34,11 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("warm")]
 def warm():
     """The `warm` strategy, an empty steering memory and no cached pool."""
     process_memory().clear()
-    pipeline_pool.clear()
+    database_pool.clear()
     with override_settings(KSSCHED_SCORING="warm"):
         yield
     process_memory().clear()
-    pipeline_pool.clear()
+    database_pool.clear()
 
 
 @pytest.fixture

@@ -37,8 +37,6 @@ from extender.scoring.strategies import WarmStrategy
 from history.reader.memory import MemoryHistory
 
 MAX_NODE_SCORE = 100
-# As the webhook's pool (`extender.webhook.POOL_SECONDS`).
-POOL_SECONDS = 60.0
 # Score plugin weights of the default profile (default_plugins.go).
 PLUGIN_WEIGHTS = {
     "TaintToleration": 3,
@@ -78,9 +76,9 @@ class WebhookAdmissions:
     `steering.plan_terms` makes from the history at that moment.
 
     `workers` steering memories stand for the gunicorn workers: each review goes to
-    one of them at random, as the API server's new connections do. The pool is read
-    every POOL_SECONDS as `history.queries.pool_nodes` reads it: the nodes with a
-    row placed, first seen or replaced in the last `pool_days`.
+    one of them at random, as the API server's new connections do. The pool comes
+    from the store as the webhook's comes from the database (`history.reader.pool`):
+    the nodes with a row placed, first seen or replaced in the last `pool_days`.
     """
 
     def __init__(
@@ -100,27 +98,10 @@ class WebhookAdmissions:
         self.memories = [SteeringMemory() for _ in range(max(1, workers))]
         self.window = window
         self.max_nodes = max_nodes
-        self.pool_seconds = pool_days * 86400.0
+        self.pool_days = pool_days
         # The watcher sees every node of the simulated cluster at the start.
-        self.seen = dict.fromkeys(nodes, 0.0)
+        history.seen.update(dict.fromkeys(nodes, 0.0))
         self.rng = random.Random(seed + 15485863)
-        self.pool: tuple[str, ...] = ()
-        self.pool_at: float | None = None
-
-    def _pool(self, now: float) -> tuple[str, ...]:
-        if self.pool_at is None or now - self.pool_at >= POOL_SECONDS:
-            since = now - self.pool_seconds
-            placed = {
-                node
-                for by_node in self.history.rows.values()
-                for node, (count, _, at) in by_node.items()
-                if count > 0 and at >= since
-            }
-            seen = {node for node, at in self.seen.items() if at >= since}
-            replaced = {n for n, at in self.history.replaced.items() if at >= since}
-            self.pool = tuple(sorted(placed | seen | replaced))
-            self.pool_at = now
-        return self.pool
 
     def admit(self, label: str, now: float) -> dict[str, int]:
         """The terms for a new pod of `label` at `now`: {node: weight}."""
@@ -132,7 +113,7 @@ class WebhookAdmissions:
             window=self.window,
             max_nodes=self.max_nodes,
             reader=self.history,
-            pool=self._pool(now),
+            pool=self.history.pool(now=now, days=self.pool_days),
             make_strategy=lambda reader: WarmStrategy(
                 rules=self.rules, reader=reader, half_life=self.history.half_life
             ),

@@ -207,6 +207,19 @@ def warm_steps(
         low, high = warm_band(index=best[0], segments=segments)
         weight = best[3]
         base = low + round(weight / (weight + rules.saturation) * (high - low))
+    return warm_penalties(base, low, active, excess, rule, policy, rules)
+
+
+def warm_penalties(
+    base: int,
+    low: int,
+    active: int,
+    excess: float,
+    rule: tuple[str, str] | None,
+    policy: Policy,
+    rules: WarmRules,
+) -> tuple[int, int, int, int, str | None]:
+    """`warm_steps` from a node's base score and the low end of its band."""
     score, floor = base, low
     applied = None
     if policy.weight != 1.0:
@@ -266,11 +279,21 @@ def _warm_node(
     }
 
 
+def load_allowed(
+    busy: Mapping[str, int] | None, nodes: Sequence[str], rules: WarmRules
+) -> float | None:
+    """The active pipeline pods a node of `nodes` may run before its load counts
+    against it: their mean plus the slack (None: load does not count)."""
+    if not busy or not rules.load_penalty or not nodes:
+        return None
+    return sum(map(busy.get, nodes, repeat(0))) / len(nodes) * (1 + rules.load_slack)
+
+
 def excess_load(busy: Mapping[str, int] | None, nodes: Sequence[str], rules):
     """node -> active pipeline pods beyond the mean of `nodes` plus the slack."""
-    if not busy or not rules.load_penalty or not nodes:
+    allowed = load_allowed(busy, nodes, rules)
+    if busy is None or allowed is None:
         return lambda node: 0.0
-    allowed = sum(map(busy.get, nodes, repeat(0))) / len(nodes) * (1 + rules.load_slack)
     return lambda node: max(0.0, busy.get(node, 0) - allowed)
 
 

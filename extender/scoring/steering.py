@@ -144,6 +144,10 @@ class FixedReader:
     ) -> LabelHistory:
         return self.history
 
+    def pool(self, *, now: float, days: float) -> tuple[str, ...]:
+        """No pool of its own: the caller passes it to `plan_terms`."""
+        return ()
+
 
 @dataclass(frozen=True, slots=True)
 class Term:
@@ -218,7 +222,7 @@ def plan_terms(
     read = (reader or history_reader()).read(keys=keys, label=label or "", nodes=None)
     steered = memory.steered(label or "", now=now, window=window)
     history = with_steered(read, steered)
-    nodes = sorted(set(history.rows) | _pinned(history) | set(pool))
+    nodes = sorted(history.nodes() | _pinned(history) | set(pool))
     fixed = FixedReader(history)
     strategy = make_strategy(fixed) if make_strategy else get_strategy(reader=fixed)
     scores = strategy.score(label=label, nodes=nodes, now=now) if nodes else []

@@ -21,7 +21,7 @@ from history.reader.model import (
     HistoryReader,
     LabelHistory,
     Policies,
-    Revision,
+    distinct_keys,
     empty_history,
     rows_that_count,
 )
@@ -34,7 +34,7 @@ __all__ = [
     "HistoryReader",
     "LabelHistory",
     "Policies",
-    "Revision",
+    "distinct_keys",
     "empty_history",
     "history_reader",
     "reading_ahead",

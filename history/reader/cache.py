@@ -1,83 +1,81 @@
-"""What the per-worker history caches share: the rows of the keys asked about, each
-label's rows by node with its change log, and the small tables without a ledger.
+"""What the per-worker history caches share: the rows of the keys asked about, held
+once per key whatever the labels that use them, bounded in bytes.
 
 A store's cache (`sqlite_cache`, `postgres_cache`) only says what changed since its
 last look (`sync`): the (key, node) pairs to re-read, whether the small tables must
 be re-read, or that everything must start over. Re-reading is idempotent, so a
 change seen twice does no harm; a change never seen would, and each store explains
 why none is missed.
+
+Keys are kept in least-recently-used order. Their rows, and what the strategies
+derive from them (`memo.KeyMemo`), are counted in estimated bytes; past
+KSSCHED_HISTORY_CACHE_MB the least recently used keys are dropped until the cache
+is under the bound again. A label never seen before costs the rows of its keys not
+yet held: general keys such as `jenkins`, shared by thousands of labels, are read
+once.
 """
 
 from __future__ import annotations
 
-import itertools
+import sys
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
+from django.conf import settings
 from django.db import connection
 
-from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
-from history.reader.model import LabelHistory, Policies, Revision
-from history.reader.sql import (
-    NULL_NUMBER,
-    NULL_REAL,
-    NULL_TEXT,
-    SqlReader,
-    as_timestamp,
-)
-from history.recency import Row
+from history.models import KeyNode
+from history.reader.memo import KeyMemo
+from history.reader.model import LabelHistory, Policies, decode, distinct_keys
+from history.reader.pool import database_pool
+from history.reader.sql import SqlReader, as_timestamp, history_sql
 
-# Bounds on memory: beyond these, the cache starts again from empty.
-MAX_KEYS = 512
-MAX_LABELS = 256
 # A sync that names more pairs than this starts over instead (bulk edits, pauses).
 MAX_SYNC_PAIRS = 5000
-# A label's change log starts a new epoch beyond this many entries.
-MAX_CHANGES = 20000
+# Estimated bytes a cached row takes: a dict slot, a 3-tuple, an int and two
+# floats (node names are interned, so each name is held once).
+ROW_BYTES = 200
+# Estimated bytes of a key without rows (its dict, LRU slot, epoch and log).
+KEY_BYTES = 400
 
-# Epoch numbers are unique in the process, whichever thread's cache makes them.
-_EPOCHS = itertools.count(1)
 
-
-class _Label:
-    """One label's rows by node, with the log of nodes whose rows changed."""
-
-    __slots__ = ("keys", "unique", "rows", "epoch", "changes")
-
-    def __init__(self, keys: tuple[str, ...]):
-        self.keys = keys
-        self.unique = tuple(dict.fromkeys(keys))
-        self.rows: dict[str, list[Row]] = {}
-        self.new_epoch()
-
-    def new_epoch(self) -> None:
-        self.epoch = next(_EPOCHS)
-        self.changes: list[str] = []
+def budget_bytes() -> int:
+    """KSSCHED_HISTORY_CACHE_MB in bytes."""
+    return int(settings.KSSCHED_HISTORY_CACHE_MB * 1024 * 1024)
 
 
 class CachedReader:
-    """The history of the labels asked about, kept up to date by `sync`.
+    """The history of the keys asked about, kept up to date by `sync`.
 
     Inside a transaction it answers through `SqlReader` instead: an uncommitted
     write could be rolled back after being cached.
     """
 
-    max_changes = MAX_CHANGES
-
     def __init__(self) -> None:
         self.sql = SqlReader()
+        self.memo = KeyMemo()
         self.clear()
 
     def clear(self) -> None:
         """Forget everything; the next read loads what it needs."""
-        # key -> {node: (count, decayed_weight, decayed_at)} for count > 0
-        self.rows: dict[str, dict[str, tuple[int, float, float]]] = {}
-        self.labels: dict[tuple[str, ...], _Label] = {}
-        # Tables without a ledger, re-read when `sync` says they changed.
+        # key -> {node: (count, decayed_weight, decayed_at)} for count > 0, in
+        # least-recently-used order.
+        self.rows: OrderedDict[str, dict[str, tuple[int, float, float]]] = OrderedDict()
+        self.row_bytes = 0
+        self.memo.clear()
+        # Policies and node records, re-read when `sync` says they changed; the
+        # running pods, kept up to date pod by pod (`pod_changed`) once read.
         self.extra_stale = True
+        self.running_stale = True
         self.active: dict[str, dict[str, int]] = {}
         self.busy: dict[str, int] = {}
         self.policies = Policies()
-        self.replaced: dict[str, float] = {}
+        self.replaced: Mapping[str, float] = {}
+
+    @property
+    def bytes(self) -> int:
+        """Estimated bytes held: rows, keys and derived values."""
+        return self.row_bytes + self.memo.bytes
 
     def sync(self) -> None:
         """Bring the cache up to date: call `changed`, `extra_changed`, `clear`."""
@@ -101,16 +99,27 @@ class CachedReader:
         self.sync()
         if self.extra_stale:
             self._read_extra()
-        state = self._label(tuple(keys))
+        unique = distinct_keys(keys)
+        missing = [key for key in unique if key not in self.rows]
+        if missing:
+            self._load_rows(missing)
+        rows = self.rows
+        for key in unique:
+            rows.move_to_end(key)
+        self._bound(keep=unique)
         return LabelHistory(
-            keys=state.keys,
-            rows=state.rows,
+            keys=tuple(keys),
+            by_key={key: rows[key] for key in unique},
             replaced=self.replaced,
             active=self.active.get(label, {}),
             busy=self.busy,
             policies=self.policies,
-            revision=Revision(epoch=state.epoch, changes=state.changes),
+            memo=self.memo,
         )
+
+    def pool(self, *, now: float, days: float) -> tuple[str, ...]:
+        """The pipeline pool (`pool.database_pool`)."""
+        return database_pool.at(now=now, days=days)
 
     # --- what `sync` reports --------------------------------------------------------
 
@@ -124,32 +133,56 @@ class CachedReader:
                 self._reread(key, sorted(nodes))
 
     def extra_changed(self) -> None:
-        """The ledger's active rows, the policies or the node records changed."""
+        """The policies or the node records changed."""
         self.extra_stale = True
 
-    # --- labels ---------------------------------------------------------------------
+    def running_changed(self) -> None:
+        """The running pods must be read again, all of them."""
+        self.running_stale = self.extra_stale = True
 
-    def _label(self, keys: tuple[str, ...]) -> _Label:
-        state = self.labels.get(keys)
-        if state is not None:
-            return state
-        missing = [key for key in dict.fromkeys(keys) if key not in self.rows]
-        if len(self.labels) >= MAX_LABELS or len(self.rows) + len(missing) > MAX_KEYS:
-            self.rows.clear()
-            self.labels.clear()
-            missing = list(dict.fromkeys(keys))
-        self._load_rows(missing)
-        state = self.labels[keys] = _Label(keys)
-        for node in {node for key in state.unique for node in self.rows[key]}:
-            self._set_node(state, node)
-        return state
+    def running_read(self, snapshot: str | None) -> None:
+        """Every running pod was just read (under `snapshot` on PostgreSQL)."""
+
+    def pod_changed(self, label: str, node: str, delta: int) -> None:
+        """A pod of `label` on `node` started (+1) or stopped (-1) running."""
+        if self.running_stale:
+            return
+        for counts, key in (
+            (self.active.setdefault(label, {}), node),
+            (self.busy, node),
+        ):
+            value = counts.get(key, 0) + delta
+            if value > 0:
+                counts[key] = value
+            else:
+                counts.pop(key, None)
+        if not self.active[label]:
+            del self.active[label]
+
+    # --- keys -----------------------------------------------------------------------
+
+    def _bound(self, keep: Sequence[str]) -> None:
+        """Drop least recently used keys while over the byte budget (never the keys
+        of the read being answered)."""
+        budget = budget_bytes()
+        while self.bytes > budget and len(self.rows) > len(keep):
+            key = next(iter(self.rows))
+            if key in keep:
+                self.rows.move_to_end(key)
+                continue
+            self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        dropped = self.rows.pop(key)
+        self.row_bytes -= KEY_BYTES + len(dropped) * ROW_BYTES
+        self.memo.forget(key)
 
     def _load_rows(self, keys: list[str]) -> None:
         """Every row with count > 0 of `keys`, in one query."""
-        if not keys:
-            return
-        for key in keys:
-            self.rows[key] = {}
+        intern = sys.intern
+        loaded: dict[str, dict[str, tuple[int, float, float]]] = {
+            key: {} for key in keys
+        }
         marks = ", ".join(["%s"] * len(keys))
         with connection.cursor() as cursor:
             cursor.execute(
@@ -158,18 +191,11 @@ class CachedReader:
                 keys,
             )
             for key, node, count, weight, at in cursor.fetchall():
-                self.rows[key][node] = (count, weight, at)
-
-    def _set_node(self, state: _Label, node: str) -> None:
-        rows = [
-            (key, *row)
-            for key in state.unique
-            if (row := self.rows[key].get(node)) is not None
-        ]
-        if rows:
-            state.rows[node] = rows
-        else:
-            state.rows.pop(node, None)
+                loaded[key][intern(node)] = (count, weight, at)
+        for key, rows in loaded.items():
+            self.rows[key] = rows
+            self.row_bytes += KEY_BYTES + len(rows) * ROW_BYTES
+            self.memo.start(key)
 
     def _reread(self, key: str, nodes: list[str]) -> None:
         marks = ", ".join(["%s"] * len(nodes))
@@ -182,59 +208,31 @@ class CachedReader:
             )
             found = {node: (count, weight, at) for node, count, weight, at in cursor}
         cached = self.rows[key]
+        before = len(cached)
+        intern = sys.intern
         for node in nodes:
             row = found.get(node)
             if row is not None and row[0] > 0:
-                cached[node] = row
+                cached[intern(node)] = row
             else:
                 cached.pop(node, None)
-        for state in self.labels.values():
-            if key in state.unique:
-                if len(state.changes) + len(nodes) > self.max_changes:
-                    state.new_epoch()
-                for node in nodes:
-                    self._set_node(state, node)
-                state.changes.extend(nodes)
+        self.row_bytes += (len(cached) - before) * ROW_BYTES
+        self.memo.changed(key, nodes)
 
     def _read_extra(self) -> None:
-        """Active pods, policies and node replacements: small tables without a
-        ledger, read in one statement."""
-        active: dict[str, dict[str, int]] = {}
-        busy: dict[str, int] = {}
-        key_policies: dict[str, tuple[bool, float]] = {}
-        node_policies: dict[str, dict[str, str]] = {}
-        replaced: dict[str, float] = {}
-        text, number, real = NULL_TEXT, NULL_NUMBER, NULL_REAL
+        """Policies and node replacements (small tables), and the running pods when
+        they must be read again, in one statement."""
+        running = self.running_stale
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT 0, node, label, {text}, COUNT(*), {real} "
-                f"FROM {Placement._meta.db_table} "
-                f"WHERE finished_at IS NULL GROUP BY node, label "
-                f"UNION ALL SELECT 1, key, {text}, {text}, "
-                f"CASE WHEN enabled THEN 1 ELSE 0 END, weight "
-                f"FROM {KeyPolicy._meta.db_table} "
-                f"UNION ALL SELECT 2, key, node, action, {number}, {real} "
-                f"FROM {NodePolicy._meta.db_table} "
-                f"UNION ALL SELECT 3, name, CAST(history_since AS TEXT), {text}, "
-                f"{number}, {real} FROM {NodeRecord._meta.db_table} "
-                f"WHERE replacements > 0 AND history_since IS NOT NULL"
-            )
-            rows = cursor.fetchall()
-        for kind, first, second, third, number_, real_ in rows:
-            if kind == 0:
-                active.setdefault(second, {})[first] = number_
-                busy[first] = busy.get(first, 0) + number_
-            elif kind == 1:
-                key_policies[first] = (bool(number_), float(real_))
-            elif kind == 2:
-                node_policies.setdefault(first, {})[second] = third
-            else:
-                replaced[first] = as_timestamp(second)
-        self.active, self.busy = active, busy
-        policies = Policies(keys=key_policies, nodes=node_policies)
-        if policies != self.policies or replaced != self.replaced:
-            # What readers derived from the rows no longer holds: a new epoch.
-            self.policies, self.replaced = policies, replaced
-            for state in self.labels.values():
-                state.new_epoch()
+            cursor.execute(history_sql(running=running))
+            found = decode(cursor.fetchall(), as_timestamp)
+        if running:
+            self.active, self.busy = found.active, found.busy
+            self.running_stale = False
+            self.running_read(found.snapshot)
+        self.policies = found.policies
+        if found.replaced != self.replaced:
+            # What was derived from the rows no longer holds.
+            self.replaced = found.replaced
+            self.memo.restart_all()
         self.extra_stale = False

@@ -2,15 +2,18 @@
 
 Placing a pod adds to its keys' rows exactly as the ledger's upsert does
 (`recency.accumulate_decayed`), so the strategies score a simulated cluster through
-the same `LabelHistory` they get from the database.
+the same `LabelHistory` they get from the database. Like the per-worker caches it
+keeps what the strategies derive per key (`memo.KeyMemo`), told of every change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from history.reader.model import LabelHistory, Policies
-from history.recency import Row, accumulate_decayed
+from history.reader.memo import KeyMemo
+from history.reader.model import LabelHistory, Policies, distinct_keys
+from history.reader.pool import Pool
+from history.recency import accumulate_decayed
 
 
 class MemoryHistory:
@@ -25,15 +28,35 @@ class MemoryHistory:
         self.busy: dict[str, int] = {}
         self.replaced: dict[str, float] = {}
         self.policies = Policies()
+        self.memo = KeyMemo()
+        # node -> when the watcher first saw it (Unix seconds)
+        self.seen: dict[str, float] = {}
+        self.pipeline_pool = Pool(self._read_pool)
+
+    def pool(self, *, now: float, days: float) -> tuple[str, ...]:
+        """The pipeline pool, as `pool.read_pool` reads it from the database."""
+        return self.pipeline_pool.at(now=now, days=days)
+
+    def _read_pool(self, since: float) -> list[str]:
+        placed = {
+            node
+            for by_node in self.rows.values()
+            for node, (count, _, at) in by_node.items()
+            if count > 0 and at >= since
+        }
+        seen = {node for node, at in self.seen.items() if at >= since}
+        replaced = {node for node, at in self.replaced.items() if at >= since}
+        return sorted(placed | seen | replaced)
 
     def place(self, *, keys: Sequence[str], label: str, node: str, now: float) -> None:
         """Count one pod of `label` (segments `keys`) on `node` at `now`."""
-        for key in dict.fromkeys(keys):
+        for key in distinct_keys(keys):
             count, weight, at = self.rows.setdefault(key, {}).get(node, (0, 0.0, 0.0))
             weight, at = accumulate_decayed(
                 weight=weight, at=at, add=1.0, add_at=now, half_life=self.half_life
             )
             self.rows[key][node] = (count + 1, weight, at)
+            self.memo.changed(key, (node,))
         by_node = self.active.setdefault(label, {})
         by_node[node] = by_node.get(node, 0) + 1
         self.busy[node] = self.busy.get(node, 0) + 1
@@ -48,23 +71,26 @@ class MemoryHistory:
     def replace(self, *, node: str, now: float) -> None:
         """`node` was replaced at `now`: its earlier history stops counting."""
         self.replaced[node] = now
+        self.memo.restart_all()
 
     def read(
         self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:
-        """The label's history on `nodes`, or on every node with history for it
-        (see `LabelHistory`)."""
-        wanted = None if nodes is None else set(nodes)
-        found: dict[str, list[Row]] = {}
-        for key in dict.fromkeys(keys):
-            for node, (count, weight, at) in self.rows.get(key, {}).items():
-                if count > 0 and (wanted is None or node in wanted):
-                    found.setdefault(node, []).append((key, count, weight, at))
+        """The label's history (see `LabelHistory`): every node of its keys, kept
+        current, whatever `nodes` asks about. Rows written straight into `rows`
+        (not through `place`) are seen because their key's memo starts on first
+        read after they are written only if the key is new: write through `place`.
+        """
+        unique = distinct_keys(keys)
+        for key in unique:
+            if key not in self.memo.epochs:
+                self.memo.start(key)
         return LabelHistory(
             keys=tuple(keys),
-            rows=found,
+            by_key={key: self.rows.get(key, {}) for key in unique},
             replaced=self.replaced,
             active=self.active.get(label, {}),
             busy=self.busy,
             policies=self.policies,
+            memo=self.memo,
         )

@@ -3,19 +3,55 @@
 Every store answers with the same typed value, `LabelHistory`, so the strategies,
 `explain`, the admin's pipeline page, warmth classification and the simulator read
 history in one shape, and the rule that decides which rows count lives here once.
+
+History is held key-major: each of a label's keys maps its nodes to their row. A
+caching store hands out its own per-key mappings without copying them, so a general
+key such as `jenkins`, shared by thousands of labels and present on every node, is
+held once per worker, and reading a label costs a dict lookup per key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, Protocol
 
 from history.recency import Row
 
+if TYPE_CHECKING:
+    from history.reader.memo import KeyMemo
+
+# One key's rows: node -> (count, decayed_weight, decayed_at), count > 0.
+KeyRows = Mapping[str, tuple[int, float, float]]
 # Rows per node: node -> the (key, count, decayed_weight, decayed_at) rows of the
 # label's keys on that node, count > 0, at most one row per key.
 NodeRows = Mapping[str, Sequence[Row]]
+
+NO_ROWS: KeyRows = {}
+
+
+class Small(IntEnum):
+    """The kinds of row of one history statement (`sql.history_sql`): the small
+    tables, and the KeyNode rows when asked for. Every reader decodes them with
+    `decode`."""
+
+    RUNNING = 0
+    KEY_POLICY = 1
+    NODE_POLICY = 2
+    REPLACED = 3
+    ROW = 4
+    SNAPSHOT = 5  # PostgreSQL: the statement's snapshot, in `first`
+
+
+class Change(IntEnum):
+    """The kinds of row of the PostgreSQL change log (migrations 0005, 0010)."""
+
+    KEY_NODE = 0  # a KeyNode row of (key, node) changed
+    OTHER = 1  # a policy, node record or ledger statement
+    START_OVER = 2  # a TRUNCATE
+    POD_STARTED = 3  # a pipeline pod of (label in `key`, node) runs
+    POD_STOPPED = 4  # it no longer does
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,51 +70,95 @@ NO_POLICIES = Policies()
 
 
 @dataclass(frozen=True, slots=True)
-class Revision:
-    """Where a cached label's history stands, for readers that keep derived data.
-
-    Within one `epoch`, `changes` only grows: it lists, in order, the nodes whose
-    rows changed since the epoch began, so a caller holding something derived from
-    the rows of epoch E after seeing N changes re-examines `changes[N:]` only. A new
-    epoch (a new number, never reused in the process) means start over: the store
-    was reloaded, node replacements or policies changed, or the log grew too long.
-    """
-
-    epoch: int
-    changes: Sequence[str]
-
-
-@dataclass(frozen=True, slots=True)
 class LabelHistory:
     """Everything a strategy needs to score one label on a set of nodes.
 
     - `keys`: the label's segments, general to specific (may repeat).
-    - `rows`: node -> its rows for the label's keys with count > 0, before the
-      replacement rule (`rows_that_count` applies it). Without a `revision` only
-      the nodes asked about are present; with one, or when no nodes were named,
-      every node with such rows.
+    - `by_key`: each distinct key -> its rows, before the replacement rule
+      (`rows_that_count` applies it). Rows with count 0 count as absent. A store
+      may include nodes that were not asked about; scoring looks up the nodes it
+      scores.
     - `replaced`: node -> Unix seconds since which its history counts, for nodes
       seen replaced (a new UID under the same name).
     - `active`: node -> pods of this very label running now; `busy`: node -> all
       pipeline pods running now (idle nodes absent from both).
     - `policies`: the policy rows of the label's keys.
-    - `revision`: set by caching stores (see `Revision`), None otherwise.
+    - `memo`: set by stores that keep history between reads: where callers keep
+      what they derive from one key's rows (see `derive`).
 
-    A cached value shares the store's mappings: read it before the next read on the
+    A cached value shares the store's mappings: use it before the next read on the
     same thread, and never change it.
     """
 
     keys: tuple[str, ...]
-    rows: NodeRows
+    by_key: Mapping[str, KeyRows]
     replaced: Mapping[str, float]
     active: Mapping[str, int]
     busy: Mapping[str, int]
     policies: Policies = NO_POLICIES
-    revision: Revision | None = None
+    memo: KeyMemo | None = None
+
+    def derive(
+        self,
+        key: str,
+        tag: Hashable,
+        build: Callable[[KeyRows], Any],
+        update: Callable[[Any, KeyRows, set[str]], None],
+    ) -> Any:
+        """`build(by_key[key])`, or the value built before for (key, tag) brought
+        up to date by `update(value, rows, changed nodes)` (see `memo.KeyMemo`).
+        `build` and `update` must depend on nothing but their arguments, the tag and
+        `replaced` (a change of replacements starts every key over)."""
+        rows = self.by_key.get(key, NO_ROWS)
+        if self.memo is None:
+            return build(rows)
+        return self.memo.derive(key, tag, rows, build, update)
+
+    @property
+    def unique(self) -> tuple[str, ...]:
+        """The label's distinct keys, general to specific."""
+        return distinct_keys(self.keys)
+
+    def node_rows(self, node: str) -> list[Row]:
+        """`node`'s rows for the label's keys (one per distinct key it has)."""
+        found = []
+        for key in self.unique:
+            row = self.by_key.get(key, NO_ROWS).get(node)
+            if row is not None and row[0] > 0:
+                found.append((key, *row))
+        return found
 
     def rows_that_count(self, node: str) -> Sequence[Row]:
         """`node`'s rows that count for scoring (see `rows_that_count`)."""
-        return rows_that_count(self.rows.get(node, ()), self.replaced.get(node))
+        return rows_that_count(self.node_rows(node), self.replaced.get(node))
+
+    def nodes(self) -> set[str]:
+        """Every node with a row for one of the label's keys."""
+        found: set[str] = set()
+        for key in self.unique:
+            found.update(
+                node
+                for node, row in self.by_key.get(key, NO_ROWS).items()
+                if row[0] > 0
+            )
+        return found
+
+    @property
+    def rows(self) -> dict[str, list[Row]]:
+        """Node-major rows (node -> its rows), built on each use: for pages and
+        explanations, not for the scoring path."""
+        return {node: self.node_rows(node) for node in sorted(self.nodes())}
+
+
+def distinct_keys(keys: Iterable[str]) -> tuple[str, ...]:
+    """A label's keys without repeats, in order (a segment repeated in a label
+    counts once, at its most specific position: see `positions`)."""
+    return tuple(dict.fromkeys(keys))
+
+
+def positions(keys: Sequence[str]) -> dict[str, int]:
+    """key -> its most specific index in `keys` (general to specific)."""
+    return {key: index for index, key in enumerate(keys)}
 
 
 def rows_that_count(rows: Sequence[Row], since: float | None) -> Sequence[Row]:
@@ -86,17 +166,68 @@ def rows_that_count(rows: Sequence[Row], since: float | None) -> Sequence[Row]:
     (a row last placed before `since`) does not. `since` None keeps every row.
 
     The one home of the node-replacement rule: the strategies, explain, warmth and
-    the simulator all go through it. A node seen for the first time is not
-    "replaced": its history from before ks-scheduler knew its UID counts.
+    the simulator all go through it (per key, `row_counts`). A node seen for the
+    first time is not "replaced": its history from before ks-scheduler knew its
+    UID counts.
     """
     if since is None:
         return rows
     return tuple(row for row in rows if row[3] >= since)
 
 
+def row_counts(at: float, since: float | None) -> bool:
+    """Whether a row last placed at `at` counts on a node replaced at `since`."""
+    return since is None or at >= since
+
+
 def empty_history(keys: Sequence[str] = ()) -> LabelHistory:
     """The history of a label that has none (or of a pod with no label)."""
-    return LabelHistory(keys=tuple(keys), rows={}, replaced={}, active={}, busy={})
+    return LabelHistory(keys=tuple(keys), by_key={}, replaced={}, active={}, busy={})
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A history statement's rows decoded (see `Small`)."""
+
+    rows: dict[str, dict[str, tuple[int, float, float]]]  # key -> node -> row
+    active: dict[str, dict[str, int]]  # label -> node -> running pods
+    busy: dict[str, int]  # node -> running pipeline pods
+    policies: Policies
+    replaced: dict[str, float]
+    snapshot: str | None = None
+
+
+def decode(found: Iterable[tuple], as_timestamp: Callable[[Any], float]) -> Decoded:
+    """Decode rows of (kind, first, second, third, number, real, real2)."""
+    rows: dict[str, dict[str, tuple[int, float, float]]] = {}
+    active: dict[str, dict[str, int]] = {}
+    busy: dict[str, int] = {}
+    key_policies: dict[str, tuple[bool, float]] = {}
+    node_policies: dict[str, dict[str, str]] = {}
+    replaced: dict[str, float] = {}
+    snapshot = None
+    for kind, first, second, third, number, real, real2 in found:
+        if kind == Small.ROW:
+            rows.setdefault(second, {})[first] = (number, real, real2)
+        elif kind == Small.RUNNING:
+            active.setdefault(second, {})[first] = number
+            busy[first] = busy.get(first, 0) + number
+        elif kind == Small.KEY_POLICY:
+            key_policies[first] = (bool(number), float(real))
+        elif kind == Small.NODE_POLICY:
+            node_policies.setdefault(first, {})[second] = third
+        elif kind == Small.SNAPSHOT:
+            snapshot = first
+        else:
+            replaced[first] = as_timestamp(second)
+    return Decoded(
+        rows=rows,
+        active=active,
+        busy=busy,
+        policies=Policies(keys=key_policies, nodes=node_policies),
+        replaced=replaced,
+        snapshot=snapshot,
+    )
 
 
 class HistoryReader(Protocol):
@@ -107,4 +238,8 @@ class HistoryReader(Protocol):
     ) -> LabelHistory:
         """The history of pipeline `label` (segments `keys`, non-empty) on `nodes`,
         or on every node with history for it when `nodes` is None."""
+        ...
+
+    def pool(self, *, now: float, days: float) -> tuple[str, ...]:
+        """The pipeline pool at `now` (see `history.reader.pool`), sorted."""
         ...

@@ -39,9 +39,9 @@ NAME = b"kssched_look"
 QUERY = (
     "SELECT CAST(s AS text), "
     f"CAST((SELECT h.horizon FROM {HORIZON_TABLE} AS h WHERE h.id = 1) AS text), "
-    "c.kind, c.key, c.node "
+    "c.kind, c.key, c.node, CAST(c.xid AS text) "
     "FROM pg_current_snapshot() AS s "
-    f"LEFT JOIN LATERAL (SELECT l.kind, l.key, l.node FROM {CHANGE_TABLE} AS l "
+    f"LEFT JOIN LATERAL (SELECT l.kind, l.key, l.node, l.xid FROM {CHANGE_TABLE} AS l "
     "WHERE l.xid >= (SELECT pg_snapshot_xmin(CAST($1 AS pg_snapshot))) "
     "AND NOT pg_visible_in_snapshot(l.xid, (SELECT CAST($1 AS pg_snapshot))) "
     f"ORDER BY l.xid LIMIT {MAX_SYNC_PAIRS + 1}) AS c ON TRUE"
@@ -71,7 +71,7 @@ def send(pgconn: pq.abc.PGconn, previous: str | None, *, prepared: bool) -> None
 
 def take(pgconn: pq.abc.PGconn) -> list[tuple]:
     """Wait for the answer of the look sent on `pgconn`: rows of (snapshot,
-    horizon, kind, key, node), the first three the same on every row."""
+    horizon, kind, key, node, xid), the first two the same on every row."""
     while True:
         pgconn.consume_input()
         if not pgconn.is_busy():
@@ -91,13 +91,16 @@ def take(pgconn: pq.abc.PGconn) -> list[tuple]:
 
 
 def _row(result: pq.abc.PGresult, row: int) -> tuple:
-    snapshot, horizon, kind, key, node = (result.get_value(row, i) for i in range(5))
+    snapshot, horizon, kind, key, node, xid = (
+        result.get_value(row, i) for i in range(6)
+    )
     return (
         _text(snapshot),
         _text(horizon),
         int(kind) if kind is not None else None,
         _text(key),
         _text(node),
+        int(xid) if xid is not None else None,
     )
 
 

@@ -23,6 +23,13 @@ id but commits late is in the previous snapshot's in-progress list and is found
 when it commits. Rows loaded afterwards are read by later statements, which see at
 least as much; re-reading a pair twice is harmless.
 
+Running pipeline pods are logged pod by pod (migration 0010: a pod starts or stops
+running) and applied as deltas. A delta must count once, but the running pods are
+read whole after a start-over, under a snapshot newer than the look's, and a later
+look may report changes that read already saw: the read keeps its snapshot
+(`running_snapshot`), and a logged change visible in it is skipped, until the
+looks' snapshots have moved past it.
+
 Start over (forget everything, keep only the new snapshot) when:
 - the log was pruned past what this worker still needs (its previous snapshot's
   xmin is below the horizon) — a worker idle for longer than the retention;
@@ -49,6 +56,7 @@ from psycopg import pq
 
 from history.reader import pg_look
 from history.reader.cache import MAX_SYNC_PAIRS, CachedReader
+from history.reader.model import Change
 from history.reader.pg_look import CHANGE_TABLE, HORIZON_TABLE
 
 logger = logging.getLogger(__name__)
@@ -94,6 +102,17 @@ def _xmax(snapshot: str) -> int:
     return int(snapshot.split(":", 2)[1])
 
 
+def _visible(xid: int, snapshot: str) -> bool:
+    """Whether a transaction's changes are visible in `snapshot` (committed before
+    it was taken; the log holds only committed rows), as pg_visible_in_snapshot."""
+    xmin, xmax, running = snapshot.split(":", 2)
+    if xid < int(xmin):
+        return True
+    if xid >= int(xmax):
+        return False
+    return str(xid) not in running.split(",")
+
+
 class PostgresCacheReader(CachedReader):
     """The cache of one worker thread on PostgreSQL."""
 
@@ -114,6 +133,9 @@ class PostgresCacheReader(CachedReader):
         super().clear()
         self.snapshot: str | None = None
         self.system: str | None = None
+        # The snapshot the running pods were last read under, while later looks
+        # may still report changes it saw.
+        self.running_snapshot: str | None = None
 
     def sync(self) -> None:
         try:
@@ -130,7 +152,7 @@ class PostgresCacheReader(CachedReader):
             or _xmax(snapshot) < _xmax(previous)
             or _xmin(previous) < int(horizon)
             or len(rows) > MAX_SYNC_PAIRS
-            or any(row[2] == 2 for row in rows)
+            or any(row[2] == Change.START_OVER for row in rows)
         ):
             logger.info("History cache starts over (database changed or log pruned)")
             previous = None
@@ -139,14 +161,29 @@ class PostgresCacheReader(CachedReader):
             self.starts += 1
         else:
             pairs: dict[str, set[str]] = {}
-            for _, _, kind, key, node in rows:
-                if kind == 0:
+            running = self.running_snapshot
+            for _, _, kind, key, node, xid in rows:
+                if kind == Change.KEY_NODE:
                     if self.is_cached(key):
                         pairs.setdefault(key, set()).add(node)
-                elif kind == 1:
+                elif kind == Change.OTHER:
                     self.extra_changed()
+                elif kind in (Change.POD_STARTED, Change.POD_STOPPED):
+                    # A delta counts once: the running pods read since the
+                    # previous look (under `running`) may hold it already.
+                    if running is None or not _visible(xid, running):
+                        delta = 1 if kind == Change.POD_STARTED else -1
+                        self.pod_changed(key, node, delta)
             self.changed(pairs)
         self.snapshot, self.system = snapshot, system
+        if self.running_snapshot is not None and _xmin(snapshot) >= _xmax(
+            self.running_snapshot
+        ):
+            # Whatever that read saw, later looks see as old: no more overlap.
+            self.running_snapshot = None
+
+    def running_read(self, snapshot: str | None) -> None:
+        self.running_snapshot = snapshot
 
     def look_ahead(self) -> None:
         """Send this request's look now; `sync` takes its answer.

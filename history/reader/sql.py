@@ -1,7 +1,9 @@
 """The history store read straight from the database: one statement per call.
 
-Used on PostgreSQL, inside transactions (where a cache could hold a write that is
-then rolled back), and by `explain`-style callers that want the database's word.
+Used when the cache is off, inside transactions (where a cache could hold a write
+that is then rolled back), and by callers that want the database's word. The
+statement's shape (`history_sql`) is shared with the caches, which read the small
+tables with it, and decoded in one place (`model.decode`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,14 @@ from django.db import connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
-from history.reader.model import LabelHistory, Policies, empty_history
-from history.recency import Row
+from history.reader.model import (
+    LabelHistory,
+    Small,
+    decode,
+    distinct_keys,
+    empty_history,
+)
+from history.reader.pool import database_pool
 
 # Typed NULLs: the columns of a UNION ALL must agree on PostgreSQL.
 NULL_TEXT = "CAST(NULL AS TEXT)"
@@ -24,76 +32,115 @@ NULL_NUMBER = "CAST(NULL AS BIGINT)"
 NULL_REAL = "CAST(NULL AS DOUBLE PRECISION)"
 
 
+def history_sql(
+    *, keys: int = 0, rows_condition: str | None = None, running: bool = True
+) -> str:
+    """One statement of (kind, first, second, third, number, real, real2) rows:
+    running pods per (node, label), key and node policies, replaced nodes, and,
+    when `rows_condition` is given, the KeyNode rows it selects. `keys` > 0 limits
+    the rows and the policies to that many key parameters (given first, and again
+    for each policy table). `running` False leaves the running pods out."""
+    text, number, real = NULL_TEXT, NULL_NUMBER, NULL_REAL
+    marks = ", ".join(["%s"] * keys)
+    only = f" WHERE key IN ({marks})" if keys else ""
+    parts = []
+    if rows_condition is not None:
+        parts.append(
+            f"SELECT {Small.ROW:d}, node, key, {text}, count, decayed_weight, "
+            f"decayed_at FROM {KeyNode._meta.db_table} "
+            f"WHERE key IN ({marks}) AND count > 0 AND {rows_condition}"
+        )
+    if running and connection.vendor == "postgresql":
+        # The snapshot the running pods were read under (see postgres_cache).
+        parts.append(
+            f"SELECT {Small.SNAPSHOT:d}, CAST(pg_current_snapshot() AS TEXT), "
+            f"{text}, {text}, {number}, {real}, {real}"
+        )
+    if running:
+        parts.append(
+            f"SELECT {Small.RUNNING:d}, node, label, {text}, COUNT(*), {real}, "
+            f"{real} FROM {Placement._meta.db_table} WHERE finished_at IS NULL "
+            f"GROUP BY node, label"
+        )
+    parts += [
+        f"SELECT {Small.KEY_POLICY:d}, key, {text}, {text}, "
+        f"CASE WHEN enabled THEN 1 ELSE 0 END, weight, {real} "
+        f"FROM {KeyPolicy._meta.db_table}{only}",
+        f"SELECT {Small.NODE_POLICY:d}, key, node, action, {number}, {real}, {real} "
+        f"FROM {NodePolicy._meta.db_table}{only}",
+        f"SELECT {Small.REPLACED:d}, name, CAST(history_since AS TEXT), {text}, "
+        f"{number}, {real}, {real} FROM {NodeRecord._meta.db_table} "
+        f"WHERE replacements > 0 AND history_since IS NOT NULL",
+    ]
+    return " UNION ALL ".join(parts)
+
+
 class SqlReader:
     """Answers `read` with one statement, none per node: the label's rows on the
-    nodes (served by the (key, node) index), the replaced nodes among those with
-    rows, the active pods (a partial index) and the policies of the label's keys.
-    """
+    nodes (served by the (key, node) index), the running pods (a partial index),
+    the replaced nodes and the policies of the label's keys."""
 
     def read(
         self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:
-        unique = list(dict.fromkeys(keys))
+        unique = list(distinct_keys(keys))
         if not unique or nodes is not None and not nodes:
             return empty_history(keys)
-        node_params: list[str | list[str]] = []
+        params: list = list(unique)
         if nodes is None:
             condition = "1 = 1"
         else:
             condition, param = nodes_condition("node", nodes)
-            node_params.append(param)
-        marks = ", ".join(["%s"] * len(unique))
-        text, number, real = NULL_TEXT, NULL_NUMBER, NULL_REAL
-        sql = (
-            f"WITH r AS (SELECT node, key, count, decayed_weight, decayed_at "
-            f"FROM {KeyNode._meta.db_table} "
-            f"WHERE key IN ({marks}) AND count > 0 AND {condition}) "
-            f"SELECT 0, node, key, {text}, count, decayed_weight, decayed_at FROM r "
-            f"UNION ALL SELECT 1, name, {text}, CAST(history_since AS TEXT), "
-            f"{number}, {real}, {real} FROM {NodeRecord._meta.db_table} "
-            f"WHERE replacements > 0 AND history_since IS NOT NULL "
-            f"AND name IN (SELECT node FROM r) "
-            f"UNION ALL SELECT 2, node, {text}, {text}, "
-            f"SUM(CASE WHEN label = %s THEN 1 ELSE 0 END), COUNT(*), {real} "
-            f"FROM {Placement._meta.db_table} WHERE finished_at IS NULL "
-            f"GROUP BY node "
-            f"UNION ALL SELECT 3, key, {text}, {text}, "
-            f"CASE WHEN enabled THEN 1 ELSE 0 END, weight, {real} "
-            f"FROM {KeyPolicy._meta.db_table} WHERE key IN ({marks}) "
-            f"UNION ALL SELECT 4, key, node, action, {number}, {real}, {real} "
-            f"FROM {NodePolicy._meta.db_table} WHERE key IN ({marks})"
+            params.append(param)
+        found = decode(
+            fetch_all(
+                history_sql(keys=len(unique), rows_condition=condition),
+                [*params, *unique, *unique],
+            ),
+            as_timestamp,
         )
-        found = fetch_all(sql, [*unique, *node_params, label, *unique, *unique])
-        rows: dict[str, list[Row]] = {}
-        replaced: dict[str, float] = {}
-        active: dict[str, int] = {}
-        busy: dict[str, int] = {}
-        key_policies: dict[str, tuple[bool, float]] = {}
-        node_policies: dict[str, dict[str, str]] = {}
-        for kind, first, second, third, number_, real_, at in found:
-            if kind == 0:
-                row = (second, number_, real_, at)
-                if first in rows:
-                    rows[first].append(row)
-                else:
-                    rows[first] = [row]
-            elif kind == 1:
-                replaced[first] = as_timestamp(third)
-            elif kind == 2:
-                busy[first] = int(real_)
-                if number_:
-                    active[first] = number_
-            elif kind == 3:
-                key_policies[first] = (bool(number_), float(real_))
-            else:
-                node_policies.setdefault(first, {})[second] = third
+        active = found.active.get(label, {})
         return LabelHistory(
             keys=tuple(keys),
-            rows=rows,
-            replaced=replaced,
+            by_key=found.rows,
+            replaced=found.replaced,
             active=active,
-            busy=busy,
-            policies=Policies(keys=key_policies, nodes=node_policies),
+            busy=found.busy,
+            policies=found.policies,
+        )
+
+    def pool(self, *, now: float, days: float) -> tuple[str, ...]:
+        """The pipeline pool (`pool.database_pool`)."""
+        return database_pool.at(now=now, days=days)
+
+    def node_history(self, *, keys: Sequence[str], node: str) -> LabelHistory:
+        """The label's rows on one node and the node's replacement, nothing else
+        (no running pods, no policies): what warmth classification needs, at a
+        cost that does not grow with the pods running elsewhere."""
+        unique = list(distinct_keys(keys))
+        if not unique:
+            return empty_history(keys)
+        marks = ", ".join(["%s"] * len(unique))
+        text, number, real = NULL_TEXT, NULL_NUMBER, NULL_REAL
+        found = decode(
+            fetch_all(
+                f"SELECT {Small.ROW:d}, node, key, {text}, count, decayed_weight, "
+                f"decayed_at FROM {KeyNode._meta.db_table} "
+                f"WHERE node = %s AND key IN ({marks}) AND count > 0 "
+                f"UNION ALL SELECT {Small.REPLACED:d}, name, "
+                f"CAST(history_since AS TEXT), {text}, {number}, {real}, {real} "
+                f"FROM {NodeRecord._meta.db_table} WHERE name = %s "
+                f"AND replacements > 0 AND history_since IS NOT NULL",
+                [node, *unique, node],
+            ),
+            as_timestamp,
+        )
+        return LabelHistory(
+            keys=tuple(keys),
+            by_key=found.rows,
+            replaced=found.replaced,
+            active={},
+            busy={},
         )
 
 

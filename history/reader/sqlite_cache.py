@@ -11,18 +11,31 @@ new Placement or CountAdjustment row in the same transaction (the invariant
 `audit_counts` checks). Before each read it asks SQLite whether anything was
 committed (`PRAGMA data_version` for other connections, `total_changes` for its
 own); if so it reads the ledger rows added since the last look and re-reads the
-rows of the (key, node) pairs they name, and the small tables (finishing a pod is
-an UPDATE, so it is seen that way). SQLite commits one writer at a time, so ledger
-ids become visible in order and none is skipped.
+rows of the (key, node) pairs they name, applies the pods that started or stopped
+running since (`history_podlog`, written by triggers: migration 0010) and re-reads
+the policies and node records (two small tables). SQLite commits one writer at a
+time, so ids become visible in order and none is skipped; the pod log is pruned
+after requests (POD_LOG_KEEP rows are kept), and a cache that fell behind the
+pruned part reads the running pods again.
 """
 
 from __future__ import annotations
 
-from django.db import connection
+import logging
+import time
+
+from django.db import DatabaseError, connection
 
 from history.labels import split_pipeline_label
 from history.models import CountAdjustment, Placement
 from history.reader.cache import MAX_SYNC_PAIRS, CachedReader
+
+logger = logging.getLogger(__name__)
+
+POD_LOG = "history_podlog"
+# Pod log rows kept when pruning (at most once a minute per worker).
+POD_LOG_KEEP = 100_000
+PRUNE_EVERY = 60.0
 
 
 class SqliteCacheReader(CachedReader):
@@ -34,6 +47,8 @@ class SqliteCacheReader(CachedReader):
         self.token: tuple[int, int] | None = None
         self.placement_id: int | None = None
         self.adjustment_id = 0
+        self.pod_id = 0
+        self.pruned_at = 0.0
 
     def sync(self) -> None:
         connection.ensure_connection()
@@ -62,6 +77,9 @@ class SqliteCacheReader(CachedReader):
         self.placement_id = cursor.fetchone()[0] or 0
         cursor.execute(f"SELECT MAX(id) FROM {CountAdjustment._meta.db_table}")
         self.adjustment_id = cursor.fetchone()[0] or 0
+        cursor.execute(f"SELECT MAX(id) FROM {POD_LOG}")
+        self.pod_id = cursor.fetchone()[0] or 0
+        self.running_changed()
 
     def _follow_ledger(self, cursor) -> None:
         """Re-read the rows of the pairs named by ledger rows added since."""
@@ -94,3 +112,40 @@ class SqliteCacheReader(CachedReader):
             if self.is_cached(key):
                 pairs.setdefault(key, set()).add(node)
         self.changed(pairs)
+        self._follow_pods(cursor)
+
+    def _follow_pods(self, cursor) -> None:
+        """Apply the pods that started or stopped running since the last look."""
+        cursor.execute(
+            f"SELECT id, label, node, delta FROM {POD_LOG} "
+            f"WHERE id > %s ORDER BY id LIMIT %s",
+            [self.pod_id, MAX_SYNC_PAIRS + 1],
+        )
+        rows = cursor.fetchall()
+        if not rows:
+            return
+        if len(rows) > MAX_SYNC_PAIRS or rows[0][0] != self.pod_id + 1:
+            # Too many, or pruned past this cache: read them all again.
+            self.running_changed()
+            cursor.execute(f"SELECT MAX(id) FROM {POD_LOG}")
+            self.pod_id = cursor.fetchone()[0] or 0
+            return
+        for _, label, node, delta in rows:
+            self.pod_changed(label, node, delta)
+        self.pod_id = rows[-1][0]
+
+    def after_request(self) -> None:
+        """Prune the pod log now and then (the reply is already sent)."""
+        now = time.monotonic()
+        if now - self.pruned_at < PRUNE_EVERY:
+            return
+        self.pruned_at = now
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"DELETE FROM {POD_LOG} WHERE id <= "
+                    f"(SELECT MAX(id) FROM {POD_LOG}) - %s",
+                    [POD_LOG_KEEP],
+                )
+        except DatabaseError as exc:
+            logger.warning("Could not prune the pod log: %s", exc)

@@ -1,0 +1,347 @@
+"""Scores per key, combined by specificity: the strategies' answer for thousands of
+candidate nodes without a Python step per node.
+
+A node's `seed` or `warm` score comes from the most specific of the label's keys it
+has history for. So each key's rows are turned once into a node -> score mapping
+for the key's position in the label (`SeedKey`, `WarmKey`), kept by the store per
+key (`LabelHistory.derive`, `history.reader.memo`) and brought up to date node by
+node as rows change. A general key such as `jenkins`, on every node and shared by
+thousands of labels, is worked out once per worker and position, not per label. A
+call then looks every candidate up in each key's mapping, general to specific, with
+`map` (`combine`); only the few nodes with running pods, load above the mean, a
+policy rule or a weight near a threshold are worked out one by one.
+
+`warm` weights fall with time. A `WarmKey` holds the scores valid at every instant
+of a time window (WINDOW_HALF_LIVES of a half-life, aligned on multiples of its
+length): a node's score at this key is kept only where it is proven constant over
+the window (`warm_settled`); the others (`unsettled`) are worked out per call at
+the instant asked about. The answer equals `rules.warm_scores` at that instant, to
+the integer (tests/test_strategies.py holds them equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
+
+from extender.scoring.rules import (
+    MIN_SCORE,
+    NO_HISTORY_SCORE,
+    SEED_COUNT_CLAMP,
+    Policy,
+    WarmRules,
+    best_segment,
+    excess_load,
+    load_allowed,
+    seed_score,
+    warm_band,
+    warm_penalties,
+    warm_steps,
+)
+from history.reader.model import KeyRows, LabelHistory, positions, row_counts
+from history.recency import MAX_HALVINGS, decayed_weight, weigh
+
+# Window length in half-lives (about 50 minutes for the default of 7 days): over
+# one, a weight falls by 0.35 %, so only a node in a few hundred sits near a
+# boundary and is worked out per call.
+WINDOW_HALF_LIVES = 1 / 200
+# Relative margin around a threshold: far above the rounding error of the weight
+# (a few ulps of 0.5 ** x for x <= 1000, about 1e-13) and of the band position.
+_MARGIN = 1e-9
+
+
+def combine(
+    nodes: Sequence[str], maps: Sequence[Mapping[str, int]], default: int
+) -> list[int]:
+    """Each node's value in the last of `maps` (general to specific) that has it,
+    else `default`; a C-level lookup per node and map."""
+    found: list = list(repeat(default, len(nodes)))
+    for scores in maps:
+        if scores:
+            found = list(map(scores.get, nodes, found))
+    return found
+
+
+# --- seed ---------------------------------------------------------------------------
+
+
+def seed_key(rows: KeyRows, index: int, segments: int) -> dict[str, int]:
+    """node -> the seed score of a node whose most specific warm key is this one."""
+    step_scores: dict[int, int] = {}
+    found = {}
+    for node, (count, _, _) in rows.items():
+        if count <= 0:
+            continue
+        count = count if count < SEED_COUNT_CLAMP else SEED_COUNT_CLAMP
+        bucket = count // 10
+        score = step_scores.get(bucket)
+        if score is None:
+            score = step_scores[bucket] = seed_score(
+                index=index, count=count, segments=segments
+            )
+        found[node] = score
+    return found
+
+
+def seed_fast(history: LabelHistory, nodes: Sequence[str]) -> list[int]:
+    """`seed` scores of `nodes`, in order (equal to `rules.seed_scores`)."""
+    segments = len(history.keys)
+    where = positions(history.keys)
+    maps = []
+    for key in sorted(where, key=where.__getitem__):
+        index = where[key]
+
+        def build(rows: KeyRows, index: int = index) -> dict[str, int]:
+            return seed_key(rows, index, segments)
+
+        def update(
+            value: dict[str, int], rows: KeyRows, changed: set[str], index: int = index
+        ) -> None:
+            for node in changed:
+                value.pop(node, None)
+            value.update(
+                seed_key({n: rows[n] for n in changed if n in rows}, index, segments)
+            )
+
+        maps.append(history.derive(key, ("seed", index, segments), build, update))
+    return combine(nodes, maps, NO_HISTORY_SCORE)
+
+
+# --- warm ---------------------------------------------------------------------------
+
+
+class WarmKey:
+    """One key's `warm` base scores at one position of a label, valid at every
+    instant of a time window [start, end].
+
+    `base`: node -> base score for nodes warm at this key throughout the window;
+    `unsettled`: nodes whose outcome at this key may change within it. Nodes cold
+    at this key throughout (or whose row does not count) are in neither.
+    """
+
+    __slots__ = (
+        "index",
+        "low",
+        "high",
+        "rules",
+        "start",
+        "end",
+        "half_life",
+        "replaced",
+        "base",
+        "unsettled",
+    )
+
+    def __init__(
+        self,
+        *,
+        index: int,
+        segments: int,
+        rules: WarmRules,
+        start: float,
+        end: float,
+        half_life: float,
+        replaced: Mapping[str, float],
+    ):
+        self.index = index
+        self.low, self.high = warm_band(index=index, segments=segments)
+        self.rules = rules
+        self.start, self.end, self.half_life = start, end, half_life
+        self.replaced = replaced
+        self.base: dict[str, int] = {}
+        self.unsettled: set[str] = set()
+
+    def set_node(self, node: str, row: tuple[int, float, float] | None) -> None:
+        """Classify one node from its row of this key (None: no row)."""
+        self.base.pop(node, None)
+        self.unsettled.discard(node)
+        if row is None:
+            return
+        count, weight, at = row
+        if count <= 0 or not row_counts(at, self.replaced.get(node)):
+            return
+        rules = self.rules
+        start, end, half_life = self.start, self.end, self.half_life
+        if not at:
+            early = late = float(count)
+        elif at >= end or (start - at) / half_life >= MAX_HALVINGS:
+            early = late = min(
+                decayed_weight(weight=weight, at=at, now=start, half_life=half_life),
+                count,
+            )
+        else:
+            early = min(
+                decayed_weight(weight=weight, at=at, now=start, half_life=half_life),
+                count,
+            )
+            late = min(
+                decayed_weight(weight=weight, at=at, now=end, half_life=half_life),
+                count,
+            )
+        base = warm_settled(early, late, self.low, self.high, rules)
+        if base is None:
+            self.unsettled.add(node)
+        elif base:
+            self.base[node] = base
+
+    def update(self, rows: KeyRows, changed: set[str]) -> None:
+        for node in changed:
+            self.set_node(node, rows.get(node))
+
+
+def warm_settled(
+    early: float, late: float, low: int, high: int, rules: WarmRules
+) -> int | None:
+    """The base score a row holds at every instant between two valuations of its
+    weight (`early` at the window's start, `late` at its end, both capped at the
+    count): 0 when it is below `min_weight` throughout, None when that cannot be
+    proven (it crosses `min_weight` or a rounding boundary of its band).
+
+    Over the window a weight only falls, and so does the band position
+    w / (w + saturation); if neither end is within the margin of `min_weight` and
+    the positions at both ends round the same, away from a half-integer, every
+    instant between gives the same outcome. The margins cover the floating-point
+    error of evaluating the rules.
+    """
+    if rules.saturation < 0:
+        return None
+    above = rules.min_weight * (1 + _MARGIN)
+    below = rules.min_weight * (1 - _MARGIN)
+    if early < below:
+        return 0
+    if late < above:
+        return None
+    if late + rules.saturation <= 0:
+        return None
+    rounded = set()
+    for weight in (early, late):
+        position = weight / (weight + rules.saturation) * (high - low)
+        if abs(position - int(position) - 0.5) < _MARGIN:
+            return None
+        rounded.add(round(position))
+    if len(rounded) != 1:
+        return None
+    return low + rounded.pop()
+
+
+def window(now: float, half_life: float) -> tuple[float, float]:
+    """The time window holding `now`."""
+    length = half_life * WINDOW_HALF_LIVES
+    start = (now // length) * length
+    end = start + length
+    if not start <= now <= end:
+        start = end = now
+    return start, end
+
+
+def warm_fast(
+    history: LabelHistory,
+    nodes: Sequence[str],
+    *,
+    now: float,
+    half_life: float,
+    rules: WarmRules,
+    policy: Policy,
+) -> list[int]:
+    """`warm` scores of `nodes`, in order (equal to `rules.warm_scores` at `now`)."""
+    keys = history.keys
+    segments = len(keys)
+    if not keys or not policy.enabled:
+        return [MIN_SCORE] * len(nodes)
+    if policy.weight != 1.0:
+        # A weighted key moves every score: worked out one by one.
+        found = warm_exact(history, nodes, nodes, now, half_life, rules, policy)
+        return [found[node] for node in nodes]
+    start, end = window(now, half_life)
+    where = positions(keys)
+    replaced = history.replaced
+    kept: list[WarmKey] = []
+    for key in sorted(where, key=where.__getitem__):
+        index = where[key]
+
+        def build(rows: KeyRows, index: int = index) -> WarmKey:
+            value = WarmKey(
+                index=index,
+                segments=segments,
+                rules=rules,
+                start=start,
+                end=end,
+                half_life=half_life,
+                replaced=replaced,
+            )
+            for node, row in rows.items():
+                value.set_node(node, row)
+            return value
+
+        def update(value: WarmKey, rows: KeyRows, changed: set[str]) -> None:
+            value.update(rows, changed)
+
+        tag = ("warm", index, segments, rules, half_life, start)
+        kept.append(history.derive(key, tag, build, update))
+    scores = combine(nodes, [value.base for value in kept], NO_HISTORY_SCORE)
+    # Nodes whose kept score may not be theirs: weights near a threshold, pods of
+    # the label, load above the mean, pinned or banned.
+    special: set[str] = set(history.active)
+    special.update(policy.nodes)
+    for value in kept:
+        special |= value.unsettled
+    busy = history.busy
+    allowed = load_allowed(busy, nodes, rules)
+    loaded: set[str] = set()
+    if allowed is not None:
+        if len(busy) < len(nodes):
+            loaded = {node for node, pods in busy.items() if pods > allowed}
+        else:
+            get = busy.get
+            loaded = {node for node in nodes if get(node, 0) > allowed}
+    if not special and not loaded:
+        return scores
+    asked = set(nodes)
+    special &= asked
+    loaded = (loaded & asked) - special
+    changed = warm_exact(history, special, nodes, now, half_life, rules, policy)
+    if loaded:
+        # Settled nodes under load: their base and band are known.
+        bases = dict(zip(nodes, scores, strict=True))
+        active = history.active
+        for node in loaded:
+            low = NO_HISTORY_SCORE
+            for value in reversed(kept):
+                if node in value.base:
+                    low = value.low
+                    break
+            changed[node] = warm_penalties(
+                bases[node],
+                low,
+                active.get(node, 0),
+                busy[node] - allowed,  # type: ignore[operator]
+                None,
+                policy,
+                rules,
+            )[3]
+    return list(map(changed.get, nodes, scores))
+
+
+def warm_exact(
+    history: LabelHistory,
+    asked: Iterable[str],
+    nodes: Sequence[str],
+    now: float,
+    half_life: float,
+    rules: WarmRules,
+    policy: Policy,
+) -> dict[str, int]:
+    """The `warm` scores of the `asked` nodes among the candidate `nodes`, each
+    worked out from its rows weighed at `now` (as `rules.warm_scores` does)."""
+    where = positions(history.keys)
+    segments = len(history.keys)
+    excess = excess_load(history.busy, nodes, rules)
+    active, rule = history.active, policy.nodes.get
+    found = {}
+    for node in asked:
+        rows = weigh(history.rows_that_count(node), now, half_life)
+        best = best_segment(rows, where, rules.min_weight)
+        found[node] = warm_steps(
+            best, segments, active.get(node, 0), excess(node), rule(node), policy, rules
+        )[3]
+    return found

@@ -1,0 +1,504 @@
+"""`make bench-cluster`: prioritize on a history shaped like a large CI installation.
+
+    python -m tests.bench.cluster [--rows 1000000] [--labels 10000] [--quick]
+                                  [--backends sqlite,postgres]
+
+The shape: 17 general keys (CI systems, languages, tools) on every one of 5 000
+live nodes, one project key per pipeline on a few dozen nodes each, a fifth of
+the history on nodes gone since (node churn), ledger rows for a fifth of it and
+5 000 pods running. Each call names 1 000 candidate nodes drawn at random, for a
+pipeline label drawn at random. Cases, each beside the floor app (the same body
+answered by a bare orjson WSGI app) in alternating rounds:
+
+- `one label`: the same label on every call;
+- `random labels`: labels drawn from `--labels` pipelines;
+- `new labels`: labels no call has asked about before;
+- `random + writes`: random labels while a writer records 100 placements a second
+  (and finishes as many) with 5 000 pods running; the writer reports what
+  `record_placement` cost, with and without pods running;
+- `8 clients`: random labels from 1 and from 8 clients at once (calls/s);
+- memory: each extender worker's RSS after the random labels, and again after
+  candidates and placements move to nodes that replace the old ones (churn).
+
+Every latency is also a ratio to the floor's p50 in the same run. A table goes to
+stdout and everything to bench-results/cluster.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+from tests.bench import data
+from tests.bench.run import (
+    PRIORITIZE_PATH,
+    REPO,
+    build_request,
+    call,
+    percentile,
+    server_env,
+    start_gunicorn,
+    stop,
+)
+
+GENERAL = data.CI_SYSTEMS + data.LANGUAGES + data.TOOLS  # 17 keys
+NODES = 5000
+CANDIDATES = 1000
+RUNNING = 5000
+WRITES_PER_SECOND = 100
+# Targets: (p50, p99) as multiples of the floor's p50.
+TARGETS = {
+    "one label": (3.0, 10.0),
+    "random labels": (3.0, 10.0),
+    "new labels": (5.0, None),
+}
+
+
+def live_nodes() -> list[str]:
+    return data.node_names(NODES)
+
+
+def gone_nodes(count: int) -> list[str]:
+    return [f"gone-{index:05d}.pool.example" for index in range(count)]
+
+
+def new_nodes(count: int) -> list[str]:
+    return [f"new-{index:05d}.pool.example" for index in range(count)]
+
+
+def pipeline(index: int) -> str:
+    """A pipeline label: `{ci}-{language}-{tool}-p{index}`."""
+    rng = random.Random(index)
+    return (
+        f"{rng.choice(data.CI_SYSTEMS)}-{rng.choice(data.LANGUAGES)}-"
+        f"{rng.choice(data.TOOLS)}-p{index:05d}"
+    )
+
+
+def history_rows(total: int, pipelines: int, seed: int = 5):
+    """(key, node, count) rows: general keys on every live node, then projects on
+    a few dozen nodes each, a fifth of them on nodes gone since."""
+    rng = random.Random(seed)
+    nodes, gone = live_nodes(), gone_nodes(NODES)
+    seen: set[tuple[str, str]] = set()
+    for key in GENERAL:
+        for node in nodes:
+            seen.add((key, node))
+            yield key, node, rng.randint(1, 150)
+    per_project = max(1, (total - len(seen)) // pipelines)
+    for index in range(pipelines):
+        key = pipeline(index).rsplit("-", 1)[1]
+        for _ in range(per_project):
+            node = rng.choice(gone) if rng.random() < 0.2 else rng.choice(nodes)
+            if (key, node) not in seen:
+                seen.add((key, node))
+                yield key, node, rng.randint(1, 60)
+
+
+def prepare(rows: int, pipelines: int) -> str:
+    """Migrate and load the database of this process's environment (a subprocess
+    per backend); return its vendor."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "kssched.settings"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection, connections
+    from django.utils import timezone
+
+    from history.models import KeyNode, Placement
+
+    call_command("migrate", verbosity=0, interactive=False)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # A bulk load: the change log's triggers stay quiet, caches start empty.
+            cursor.execute("SET session_replication_role = replica")
+        batch = []
+        for row in history_rows(rows, pipelines):
+            batch.append(KeyNode(key=row[0], node=row[1], count=row[2]))
+            if len(batch) >= 20000:
+                KeyNode.objects.bulk_create(batch)
+                batch = []
+        KeyNode.objects.bulk_create(batch)
+        now = timezone.now()
+        rng = random.Random(3)
+        nodes = live_nodes()
+        ledger_rows = KeyNode.objects.count() // 5
+        placements = [
+            Placement(
+                pod_uid=f"bench-{index}",
+                namespace="ci",
+                name=f"bench-{index}",
+                label=pipeline(rng.randrange(pipelines)),
+                node=rng.choice(nodes),
+                bound_at=now,
+                finished_at=None if index < RUNNING else now,
+            )
+            for index in range(ledger_rows)
+        ]
+        Placement.objects.bulk_create(placements, batch_size=20000)
+        if connection.vendor == "postgresql":
+            cursor.execute("SET session_replication_role = origin")
+            cursor.execute("VACUUM (ANALYZE)")
+        else:
+            cursor.execute("ANALYZE")
+    vendor = connection.vendor
+    connections.close_all()
+    return vendor
+
+
+def write(seconds: float, rate: float, pipelines: int, out: str) -> None:
+    """Record `rate` placements a second for `seconds` (finishing the oldest
+    running pods as many), then write record_placement's timings to `out`."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "kssched.settings"
+    import django
+
+    django.setup()
+    from history import ledger
+    from history.models import Placement
+
+    rng = random.Random(11)
+    nodes = live_nodes()
+    running = list(
+        Placement.objects.filter(finished_at__isnull=True)
+        .order_by("id")
+        .values_list("pod_uid", flat=True)
+    )
+    timings = []
+    started = time.monotonic()
+    index = 0
+    while time.monotonic() - started < seconds:
+        due = started + index / rate
+        if (pause := due - time.monotonic()) > 0:
+            time.sleep(pause)
+        uid = f"write-{os.getpid()}-{index}"
+        before = time.perf_counter()
+        ledger.record_placement(
+            pod_uid=uid,
+            namespace="ci",
+            name=uid,
+            label=pipeline(rng.randrange(pipelines)),
+            node=rng.choice(nodes),
+        )
+        timings.append(time.perf_counter() - before)
+        running.append(uid)
+        ledger.finish_placement(pod_uid=running.pop(0))
+        index += 1
+    Path(out).write_bytes(orjson.dumps({"record_placement": timings}))
+
+
+def idle_record_cost(pipelines: int) -> list[float]:
+    """record_placement with no pods running (after the run: all are finished)."""
+    from django.utils import timezone
+
+    from history import ledger
+    from history.models import Placement
+
+    Placement.objects.filter(finished_at__isnull=True).update(
+        finished_at=timezone.now()
+    )
+    rng = random.Random(13)
+    nodes = live_nodes()
+    timings = []
+    for index in range(300):
+        uid = f"idle-{index}"
+        before = time.perf_counter()
+        ledger.record_placement(
+            pod_uid=uid,
+            namespace="ci",
+            name=uid,
+            label=pipeline(rng.randrange(pipelines)),
+            node=rng.choice(nodes),
+        )
+        timings.append(time.perf_counter() - before)
+        ledger.finish_placement(pod_uid=uid)
+    return timings
+
+
+def body(label: str, rng: random.Random, nodes: list[str]) -> bytes:
+    pod = data.make_pod(label)
+    names = rng.sample(nodes, CANDIDATES)
+    return build_request(
+        PRIORITIZE_PATH,
+        orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}),
+    )
+
+
+def timed(port: int, request: bytes) -> float:
+    started = time.perf_counter()
+    status, _ = call(port, request)
+    if status != 200:
+        raise RuntimeError(f"status {status}")
+    return time.perf_counter() - started
+
+
+def ms(values: list[float], fraction: float) -> float:
+    return percentile(sorted(values), fraction) * 1000
+
+
+def rss_of_workers(master: int) -> list[int]:
+    """RSS in bytes of each child of a gunicorn master."""
+    found = []
+    for child in Path("/proc").iterdir():
+        if not child.name.isdigit():
+            continue
+        try:
+            status = (child / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("PPid", "").strip() == str(master):
+            found.append(int(fields["VmRSS"].split()[0]) * 1024)
+    return found
+
+
+def throughput(port: int, requests: list[bytes], clients: int) -> float:
+    queue = list(requests)
+    lock = threading.Lock()
+
+    def work():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                request = queue.pop()
+            timed(port, request)
+
+    threads = [threading.Thread(target=work) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(requests) / (time.perf_counter() - started)
+
+
+def run_backend(vendor: str, env: dict, floor: int, options, workdir: Path) -> dict:
+    rng = random.Random(17)
+    nodes = live_nodes()
+    server, port = start_gunicorn("kssched.wsgi", env, workdir / f"app-{vendor}.log")
+    found: dict = {"cases": {}}
+    n = 60 if options.quick else 400
+    try:
+        labels = [pipeline(rng.randrange(options.labels)) for _ in range(n * 4)]
+        cases = {
+            "one label": [body(labels[0], rng, nodes) for _ in range(n)],
+            "random labels": [body(label, rng, nodes) for label in labels[:n]],
+        }
+        # Warm the workers on the labels, as a running scheduler would be.
+        for request in cases["random labels"] * 2:
+            timed(port, request)
+        fresh = iter(range(options.labels, options.labels + 10 * n))
+        cases["new labels"] = [
+            body(pipeline(next(fresh)), rng, nodes) for _ in range(n)
+        ]
+        for name, requests in cases.items():
+            print(f"  {vendor} {name} ...", flush=True)
+            app, base = [], []
+            for request in requests:
+                base.append(timed(floor, request))
+                app.append(timed(port, request))
+            found["cases"][name] = summary(app, base, TARGETS.get(name))
+        print(f"  {vendor} random + writes ...", flush=True)
+        seconds = 20 if options.quick else 40
+        out = workdir / f"writes-{vendor}.json"
+        writer = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.bench.cluster",
+                "--write",
+                str(seconds),
+                "--labels",
+                str(options.labels),
+                "--out",
+                str(out),
+            ],
+            cwd=REPO,
+            env=env,
+        )
+        app, base = [], []
+        time.sleep(2)
+        while writer.poll() is None:
+            request = body(labels[rng.randrange(n * 4)], rng, nodes)
+            base.append(timed(floor, request))
+            app.append(timed(port, request))
+        if writer.returncode != 0:
+            raise RuntimeError("the writer failed")
+        quiet = found["cases"]["random labels"]["p50_ms"]
+        writes = summary(app, base, None)
+        writes["p50_over_without_writes"] = round(writes["p50_ms"] / quiet, 2)
+        found["cases"]["random + writes"] = writes
+        recorded = orjson.loads(out.read_bytes())["record_placement"]
+        found["record_placement_ms"] = {
+            "running_5000_p50": round(ms(recorded, 0.5), 3),
+            "running_5000_p99": round(ms(recorded, 0.99), 3),
+        }
+        print(f"  {vendor} 1 and 8 clients ...", flush=True)
+        requests = [body(label, rng, nodes) for label in labels[: n * 2]]
+        one = throughput(port, requests, 1)
+        eight = throughput(port, requests, 8)
+        found["calls_per_second"] = {
+            "1": round(one, 1),
+            "8": round(eight, 1),
+            "ratio": round(eight / one, 2),
+        }
+        found["rss_mib_after_labels"] = [
+            round(value / 2**20) for value in rss_of_workers(server.pid)
+        ]
+        print(f"  {vendor} node churn ...", flush=True)
+        churned = new_nodes(NODES // 2) + nodes[NODES // 2 :]
+        for label in labels:
+            timed(port, body(label, rng, churned))
+        found["rss_mib_after_churn"] = [
+            round(value / 2**20) for value in rss_of_workers(server.pid)
+        ]
+    finally:
+        stop(server)
+    return found
+
+
+def summary(app: list[float], base: list[float], target) -> dict:
+    floor = ms(base, 0.5)
+    found = {
+        "n": len(app),
+        "floor_p50_ms": round(floor, 3),
+        "p50_ms": round(ms(app, 0.5), 3),
+        "p99_ms": round(ms(app, 0.99), 3),
+        "p50_ratio": round(ms(app, 0.5) / floor, 2),
+        "p99_ratio": round(ms(app, 0.99) / floor, 2),
+    }
+    if target:
+        p50, p99 = target
+        found["met"] = found["p50_ratio"] <= p50 and (
+            p99 is None or found["p99_ratio"] <= p99
+        )
+    return found
+
+
+def table(results: dict) -> str:
+    lines = [
+        f"{'backend':<10} {'case':<16} | {'floor':>6} | {'p50':>7} {'p99':>8} | "
+        f"{'p50/fl':>6} {'p99/fl':>6} | target"
+    ]
+    for vendor, found in results.items():
+        for name, case in found["cases"].items():
+            verdict = {True: "met", False: "MISSED"}.get(case.get("met"), "-")
+            if name == "random + writes":
+                ratio = case["p50_over_without_writes"]
+                verdict = f"{ratio}x quiet " + ("met" if ratio <= 2 else "MISSED")
+            lines.append(
+                f"{vendor:<10} {name:<16} | {case['floor_p50_ms']:>6.2f} | "
+                f"{case['p50_ms']:>7.2f} {case['p99_ms']:>8.2f} | "
+                f"{case['p50_ratio']:>6.2f} {case['p99_ratio']:>6.2f} | {verdict}"
+            )
+        cps = found["calls_per_second"]
+        lines.append(
+            f"{vendor:<10} calls/s 1 -> 8 clients: {cps['1']} -> {cps['8']} "
+            f"({cps['ratio']}x); worker RSS MiB after labels "
+            f"{found['rss_mib_after_labels']}, after churn "
+            f"{found['rss_mib_after_churn']}"
+        )
+        record = found["record_placement_ms"]
+        lines.append(
+            f"{vendor:<10} record_placement ms: idle p50 {record['idle_p50']}, "
+            f"5000 running p50 {record['running_5000_p50']} "
+            f"(p99 {record['running_5000_p99']})"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--labels", type=int, default=10_000)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--backends", default="sqlite")
+    parser.add_argument("--out", default=str(REPO / "bench-results" / "cluster.json"))
+    parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--write", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--idle", action="store_true", help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.prepare:
+        print(prepare(options.rows, 20_000))
+        return 0
+    if options.write:
+        write(options.write, WRITES_PER_SECOND, options.labels, options.out)
+        return 0
+    if options.idle:
+        os.environ["DJANGO_SETTINGS_MODULE"] = "kssched.settings"
+        import django
+
+        django.setup()
+        timings = idle_record_cost(options.labels)
+        print(round(statistics.median(timings) * 1000, 3))
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="kssched-cluster-"))
+    floor_env = server_env(workdir)
+    floor_env.pop("DATABASE_URL", None)
+    floor, floor_port = start_gunicorn(
+        "tests.bench.floor:application", floor_env, workdir / "floor.log"
+    )
+    results = {}
+    try:
+        for backend in options.backends.split(","):
+            env = server_env(workdir)
+            env["KSSCHED_SCORING"] = os.environ.get("KSSCHED_SCORING", "warm")
+            env["DATA_PATH"] = str(workdir / f"{backend}.db")
+            if backend == "sqlite":
+                env.pop("DATABASE_URL", None)
+            elif not env.get("DATABASE_URL"):
+                raise SystemExit("--backends postgres needs DATABASE_URL")
+            print(f"loading {options.rows} rows into {backend} ...", flush=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.bench.cluster",
+                    "--prepare",
+                    "--rows",
+                    str(options.rows),
+                ],
+                env=env,
+                cwd=REPO,
+                check=True,
+            )
+            found = run_backend(backend, env, floor_port, options, workdir)
+            idle = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.bench.cluster",
+                    "--idle",
+                    "--labels",
+                    str(options.labels),
+                ],
+                env=env,
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            found["record_placement_ms"]["idle_p50"] = float(idle.stdout.split()[-1])
+            results[backend] = found
+    finally:
+        stop(floor)
+    print(table(results))
+    out = Path(options.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
