@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("history", "0009_history_import"),
+        ("history", "0010_pod_log"),
     ]
 
     operations = [
