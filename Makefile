@@ -78,14 +78,15 @@ manage: $(VENV)/.installed .env
 DEMO_PORT ?= 8090
 DEMO_MINUTES ?= 30
 demo: $(VENV)/.installed
-	$(PY) -m tests.demo --port $(DEMO_PORT) --minutes $(DEMO_MINUTES) $(DEMO_ARGS)
+	$(PY) -m tools.demo --port $(DEMO_PORT) --minutes $(DEMO_MINUTES) $(DEMO_ARGS)
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 # The import layers (history never imports extender, no cycles; pyproject.toml) and
-# the types of the application code (mypy.ini).
+# the types of the application code (mypy.ini: every function body checked, strict
+# for the ledger and the watcher).
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
@@ -134,12 +135,12 @@ bench-cluster: $(VENV)/.dev-installed
 # The watcher through >= 1000 pods with injected faults, ending with exact counts;
 # figures to stdout, JSON to var/soak-watch.json. SOAK_ARGS="--pods 5000" for more.
 soak: $(VENV)/.dev-installed
-	$(PY) -m tests.soak_watch $(SOAK_ARGS)
+	$(PY) -m tools.soak_watch $(SOAK_ARGS)
 
 # Pipeline pods with realistic container statuses through a real watcher (killed,
 # restarted, replayed), then `manage.py outcomes`; exits 1 unless the figures are exact.
 outcomes-demo: $(VENV)/.dev-installed
-	$(PY) -m tests.outcomes_demo $(DEMO_PODS)
+	$(PY) -m tools.outcomes_demo $(DEMO_PODS)
 
 # Container image (see Dockerfile): make docker-build docker-push IMG=registry/ks-scheduler:tag
 IMG ?= ks-scheduler:1.0.0

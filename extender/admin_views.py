@@ -16,8 +16,8 @@ from extender.scoring.strategies import get_strategy
 from history import labels, outcomes, queries
 from history.admin import refuse_nul_parameters
 from history.models import KeyNode, NodeRecord, Placement
+from history.permissions import can_view_history
 
-VIEW_PERMISSIONS = ("history.view_keynode", "history.view_placement")
 # One bar per node with history, busiest first; a pipeline rarely warms more nodes.
 MAX_BARS = 60
 MAX_SCORE_ROWS = 500
@@ -178,7 +178,7 @@ def detail_text(value) -> str:
 
 def pipeline_view(request):
     """GET /admin/pipeline/?q=<key or label>."""
-    if not request.user.has_perms(VIEW_PERMISSIONS):
+    if not can_view_history(request.user):
         raise PermissionDenied
     refused = refuse_nul_parameters(request)
     if refused is not None:

@@ -121,20 +121,24 @@ def admission_response(
 
 def pod_label(pod: dict, label: str) -> str | None:
     """The value of `label` on `pod`, None when absent; PodShapeError when the
-    metadata is not shaped like a Pod's."""
+    metadata is not shaped like a Pod's.
+
+    The one reading of a pod's label: the webhook's, and the extender's
+    (`ExtenderArgs.pod_label`, which also checks the value).
+    """
     metadata = pod.get("metadata")
     if metadata is None:
         return None
     if not isinstance(metadata, dict):
-        raise PodShapeError("Pod metadata is not an object")
+        raise PodShapeError("Pod.metadata must be an object")
     labels = metadata.get("labels")
     if labels is None:
         return None
     if not isinstance(labels, dict):
-        raise PodShapeError("Pod metadata.labels is not an object")
+        raise PodShapeError("Pod.metadata.labels must be an object")
     value = labels.get(label)
     if value is not None and not isinstance(value, str):
-        raise PodShapeError(f"Pod label {label} is not a string")
+        raise PodShapeError(f"Pod label {label!r} must be a string")
     return value
 
 

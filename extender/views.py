@@ -8,6 +8,7 @@ the same pod reaches them (see the deploy notes).
 import functools
 import logging
 import time
+from collections.abc import Sequence
 
 from django.conf import settings
 from rest_framework import exceptions
@@ -32,6 +33,11 @@ from extender.wire import (
 )
 from history.reader import reading_ahead
 from kssched import __version__
+from kssched.metrics import (
+    extender_verb,
+    observe_extender_answer,
+    record_after_response,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +91,19 @@ class ExtenderView(APIView):
         response._resource_closers.append(self.release_body)
         return response
 
+    def measured(
+        self, response: Response, *, nodes: int, scores: Sequence[int] = ()
+    ) -> Response:
+        """`response`, with its node count and scores recorded for the metrics
+        once it is sent (see `kssched.metrics`)."""
+        verb = extender_verb(self.request)
+        record_after_response(
+            response,
+            self.request.path_info,
+            lambda: observe_extender_answer(verb, nodes=nodes, scores=scores),
+        )
+        return response
+
     def release_body(self):
         """Drop the decoded body and the reply data once the response is sent.
 
@@ -108,7 +127,7 @@ class AlwaysTruePredicateView(ExtenderView):
         args = parse_extender_args(request.data)
         result = extender_filter_result(args)
         logger.debug("Filter for pod %s passed all nodes", args.pod_ref())
-        return Response(result)
+        return self.measured(Response(result), nodes=args.candidate_count())
 
 
 class PipelinePriorityView(ExtenderView):
@@ -131,9 +150,7 @@ class PipelinePriorityView(ExtenderView):
         )
         # Rendered straight from the two lists, without a dict per node.
         response = Response(HostPriorityList(nodes, scores))
-        # For the score metrics (kssched.metrics): the plain list is cheap to tally.
-        response.scores = scores
-        return response
+        return self.measured(response, nodes=len(nodes), scores=scores)
 
 
 class ExplainView(ExtenderView):

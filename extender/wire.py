@@ -19,6 +19,7 @@ from operator import itemgetter
 import orjson
 from rest_framework.exceptions import ValidationError
 
+from extender.admission import PodShapeError, pod_label
 from history.validation import first_nul_index, has_nul, nul_message
 
 
@@ -89,6 +90,13 @@ class ExtenderArgs:
             )
         return names
 
+    def candidate_count(self) -> int:
+        """How many candidate nodes the scheduler sent, names unchecked."""
+        if self.node_names is not None:
+            return len(self.node_names)
+        items = self.nodes.get("items") if self.nodes is not None else None
+        return len(items or ())
+
     def pod_label(self, label: str) -> str | None:
         """The value of the pod's label `label`, or None when the pod lacks it.
 
@@ -96,22 +104,13 @@ class ExtenderArgs:
         admit (over 63 characters, or characters a label value cannot hold), before
         any history is read for it.
         """
-        metadata = self.pod.get("metadata")
-        if metadata is None:
-            return None
-        if not isinstance(metadata, dict):
-            raise ExtenderArgsError("Pod.metadata must be an object")
-        labels = metadata.get("labels")
-        if labels is None:
-            return None
-        if not isinstance(labels, dict):
-            raise ExtenderArgsError("Pod.metadata.labels must be an object")
-        value = labels.get(label)
+        try:
+            value = pod_label(self.pod, label)
+        except PodShapeError as exc:
+            raise ExtenderArgsError(exc.message) from None
         if value is None:
             return None
-        if not isinstance(value, str):
-            raise ExtenderArgsError(f"Pod label {label!r} must be a string")
-        if value is not None and has_nul(value):
+        if has_nul(value):
             raise ExtenderArgsError(nul_message(f"Pod label {label!r}"))
         if not is_valid_label_value(value):
             shown = value if len(value) <= 80 else f"{value[:40]}...{value[-20:]}"

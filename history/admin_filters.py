@@ -19,8 +19,9 @@ class BusiestValuesFilter(admin.SimpleListFilter):
 
     def lookups(self, request, model_admin):
         values = self.busiest()
-        if self.value() and self.value() not in values:
-            values.append(self.value())
+        selected = self.value()
+        if selected and selected not in values:
+            values.append(selected)
         return [(value, value) for value in values]
 
 
@@ -33,12 +34,13 @@ class KeyFilter(BusiestValuesFilter):
         return [row["key"] for row in totals]
 
     def queryset(self, request, queryset):
-        if not self.value():
+        key = self.value()
+        if not key:
             return queryset
         if queryset.model is Placement:
-            segment = queries.placements_with_key(key=self.value())
+            segment = queries.placements_with_key(key=key)
             return queryset.filter(pk__in=segment.values("pk"))
-        return queryset.filter(key=self.value())
+        return queryset.filter(key=key)
 
 
 class NodeFilter(BusiestValuesFilter):
@@ -81,8 +83,9 @@ class CountFilter(admin.SimpleListFilter):
         return [(name, name) for name in self.ranges]
 
     def queryset(self, request, queryset):
-        if self.value() in self.ranges:
-            return queryset.filter(self.ranges[self.value()])
+        selected = self.value()
+        if selected is not None and selected in self.ranges:
+            return queryset.filter(self.ranges[selected])
         return queryset
 
 

@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 
 from history import outcomes, queries
 from history.models import KeyNode, Placement
+from history.permissions import can_view_history
 from history.validation import nul_message, nul_parameter
 
 
@@ -29,13 +30,9 @@ class HistoryViewPermission(BasePermission):
     """Authenticated users holding the view permission on the history models."""
 
     message = "You need the view permission on pipeline history."
-    required = ("history.view_keynode", "history.view_placement")
 
     def has_permission(self, request, view):
-        user = request.user
-        return bool(
-            user and user.is_authenticated and user.is_active
-        ) and user.has_perms(self.required)
+        return bool(request.user) and can_view_history(request.user)
 
 
 class HistoryPagination(PageNumberPagination):
@@ -97,7 +94,7 @@ class PlacementSerializer(serializers.ModelSerializer):
         return obj.finished_at is None
 
 
-class KeyFilter(django_filters.FilterSet):
+class KeyFilterSet(django_filters.FilterSet):
     search = django_filters.CharFilter(
         field_name="key", lookup_expr="icontains", help_text="Part of the key."
     )
@@ -108,7 +105,7 @@ class KeyListView(HistoryAPIView):
 
     serializer_class = KeyTotalSerializer
     filter_backends = [DjangoFilterBackend]
-    filterset_class = KeyFilter
+    filterset_class = KeyFilterSet
 
     def get_queryset(self):
         return queries.key_totals()
@@ -126,7 +123,7 @@ class KeyNodeListView(HistoryAPIView):
         return rows
 
 
-class PlacementFilter(django_filters.FilterSet):
+class PlacementFilterSet(django_filters.FilterSet):
     key = django_filters.CharFilter(
         method="filter_key", help_text="A key: label contains it as a whole segment."
     )
@@ -161,7 +158,7 @@ class PlacementListView(HistoryAPIView):
     serializer_class = PlacementSerializer
     queryset = Placement.objects.order_by("-bound_at", "-pk")
     filter_backends = [DjangoFilterBackend]
-    filterset_class = PlacementFilter
+    filterset_class = PlacementFilterSet
 
 
 class OutcomeQuerySerializer(serializers.Serializer):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 def split_pipeline_label(value: str | None) -> list[str]:
     """Return the keys of a pipeline label value, from general to specific.
@@ -12,6 +14,15 @@ def split_pipeline_label(value: str | None) -> list[str]:
     if not value:
         return []
     return [segment for segment in value.split("-") if segment]
+
+
+def distinct_keys(keys: Iterable[str]) -> list[str]:
+    """`keys` without repeats, first occurrence kept, in order.
+
+    A label that repeats a segment (`a-b-a`) counts once per distinct key: every
+    writer, reader and audit of the counts goes through here.
+    """
+    return list(dict.fromkeys(keys))
 
 
 # A Kubernetes label value is at most 63 characters of letters, digits, `-`, `_` and

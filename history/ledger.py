@@ -15,7 +15,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from history.labels import split_pipeline_label
+from history.labels import distinct_keys, split_pipeline_label
 from history.models import MAX_COUNT, KeyNode, Placement
 from history.reader.sql import SqlReader
 from history.recency import carried_weight_sql, halvings_sql
@@ -46,14 +46,14 @@ def increment_key_nodes(
     """
     if isinstance(by, bool) or not isinstance(by, int) or not 1 <= by <= MAX_COUNT:
         raise ValueError(f"by must be an integer from 1 to {MAX_COUNT}, not {by!r}")
-    unique_keys = list(dict.fromkeys(keys))
+    unique_keys = distinct_keys(keys)
     if not unique_keys:
         return
     now = now or timezone.now()
     at = now.timestamp()
     table = KeyNode._meta.db_table
     rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(unique_keys))
-    params: list = []
+    params: list[str | int | float | datetime] = []
     for key in unique_keys:
         params += [key, node, by, float(by), at, now, now, now]
     sql = (

@@ -163,7 +163,9 @@ class CountAdjustment(models.Model):
     """A change to a KeyNode count that did not come from a placement.
 
     Written by the admin (edits, bulk actions) and by `prune_placements`. `audit_counts`
-    expects count == ledger rows + sum of adjustments for every (key, node).
+    expects count == ledger rows + sum of adjustments for every (key, node). A node
+    replaced under the same name changes no count (readers ignore what came before
+    `NodeRecord.history_since`), so it writes no adjustment.
     """
 
     class Reason(models.TextChoices):
@@ -172,7 +174,6 @@ class CountAdjustment(models.Model):
         HALVED = "halved", "halved"
         DELETED = "deleted", "row deleted"
         PRUNED = "pruned", "ledger rows pruned"
-        NODE_REPLACED = "node_replaced", "node replaced"
         IMPORTED = "imported", "imported from the Go ks-scheduler"
         NODE_GONE = "node_gone", "node gone (rows removed)"
 

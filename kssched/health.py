@@ -13,7 +13,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
 
-from history.models import WatchState
+from history.watcher.health import first_line, stream_health, with_skipped_events
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def readyz(request):
     if reason:
         logger.warning("Not ready: %s", reason)
         return JsonResponse({"status": "unready", "reason": reason}, status=503)
-    answer = {"status": "ready"}
+    answer: dict[str, object] = {"status": "ready"}
     try:
         skipped = _skipped_events()
     except DatabaseError as exc:
@@ -51,18 +51,17 @@ def readyz(request):
     return JsonResponse(answer)
 
 
-def _skipped_events() -> dict[str, dict]:
+def _skipped_events() -> dict[str, dict[str, object]]:
     """Per stream, how many events the watcher skipped and the last one."""
-    rows = WatchState.objects.filter(skipped_events__gt=0).values_list(
-        "name", "skipped_events", "last_skipped", "last_skipped_at"
-    )
     return {
-        name: {
-            "count": count,
-            "last": last,
-            "at": at.isoformat() if at else None,
+        stream.name: {
+            "count": stream.skipped_events,
+            "last": stream.last_skipped,
+            "at": stream.last_skipped_at.isoformat()
+            if stream.last_skipped_at
+            else None,
         }
-        for name, count, last, at in rows
+        for stream in with_skipped_events(stream_health())
     }
 
 
@@ -91,8 +90,6 @@ def _unready_reason() -> str:
                 )
             _schema_is_current = True
     except DatabaseError as exc:
-        # The first line says what failed (refused, missing file, auth) and holds
-        # no credentials.
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return f"database unreachable: {first_line}"
+        # The first line says what failed (refused, missing file, auth).
+        return f"database unreachable: {first_line(exc)}"
     return ""

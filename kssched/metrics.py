@@ -1,11 +1,13 @@
 """Prometheus metrics of the web process, served at `/metrics`.
 
 Extender requests are measured by `kssched.middleware.ExtenderMiddleware`, which
-calls `observe_extender_request` once per request. Under gunicorn every worker is
-its own process: with PROMETHEUS_MULTIPROC_DIR set (the shipped manifests set it),
-each worker writes its values to files in that directory and `/metrics` adds them
-up, whichever worker answers the scrape. The gunicorn config empties the directory
-at start. Without it, values live in the process (fine for `runserver` and tests).
+calls `observe_extender_request` once per request (latency, errors); the extender
+views call `observe_extender_answer` with their node count and scores. Under
+gunicorn every worker is its own process: with PROMETHEUS_MULTIPROC_DIR set (the
+shipped manifests set it), each worker writes its values to files in that directory
+and `/metrics` adds them up, whichever worker answers the scrape. The gunicorn
+config empties the directory at start. Without it, values live in the process (fine
+for `runserver` and tests).
 
 The watcher's progress and the placement ledger are read from the database at
 scrape time (`HistoryCollector`), so they are right whichever process serves the
@@ -16,9 +18,10 @@ import hmac
 import logging
 import os
 from collections import Counter as _Tally
+from collections.abc import Callable, Sequence
 
 from django.conf import settings
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse, HttpResponseBase, JsonResponse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 from prometheus_client import (
@@ -90,35 +93,48 @@ _REASONS = {
 }
 
 
-def observe_extender_request(request, response, seconds: float) -> None:
-    """Record one extender request: latency, and node count and scores or error.
+def observe_extender_request(
+    verb: str,
+    seconds: float,
+    *,
+    status: int,
+    exception: BaseException | None = None,
+) -> None:
+    """Record one extender request: its latency, and its error unless a 200.
 
-    The cost is a few label look-ups plus one C-level tally over the scores, so
-    the prioritize path stays close to its floor.
+    `exception` is what the view raised, if anything: it names the error's kind.
     """
-    verb = extender_verb(request)
     _child(REQUEST_SECONDS, verb).observe(seconds)
-    if response.status_code != 200:
-        _child(ERRORS, verb, _error_reason(request, response.status_code)).inc()
-        return
-    scores = getattr(response, "scores", None)
-    if scores is not None:
-        # Prioritize: the view hands over its plain list of scores.
-        _child(REQUEST_NODES, verb).observe(len(scores))
-        for score, count in _tally(scores).items():
-            _child(SCORES, str(score)).inc(count)
-        return
-    data = getattr(response, "data", None)
-    if isinstance(data, list):
-        # Another HostPriorityList-shaped answer: count its nodes only.
-        _child(REQUEST_NODES, verb).observe(len(data))
-    elif isinstance(data, dict) and ("NodeNames" in data or "Nodes" in data):
-        # Filter: nodes passed back, as names or as a NodeList.
-        names = data.get("NodeNames")
-        if names is None:
-            nodes = data.get("Nodes")
-            names = nodes.get("items") if isinstance(nodes, dict) else None
-        _child(REQUEST_NODES, verb).observe(len(names or ()))
+    if status != 200:
+        _child(ERRORS, verb, _error_reason(status, exception)).inc()
+
+
+def observe_extender_answer(
+    verb: str, *, nodes: int, scores: Sequence[int] = ()
+) -> None:
+    """Record what an extender request answered: how many nodes, and their scores
+    (prioritize). The cost is a few label look-ups plus one C-level tally."""
+    _child(REQUEST_NODES, verb).observe(nodes)
+    for score, count in _tally(scores).items():
+        _child(SCORES, str(score)).inc(count)
+
+
+def record_after_response(
+    response: HttpResponseBase, path: str, record: Callable[[], None]
+) -> None:
+    """Call `record` when the server closes `response`, after the reply went out
+    (every WSGI server closes it, as does Django's test client): kube-scheduler
+    does not wait for the metrics. A failure is logged with `path`, since Django's
+    close() would hide it."""
+
+    def closer() -> None:
+        try:
+            record()
+        except Exception:
+            logger.exception("Could not record metrics for %s", path)
+
+    # Django's list of what close() calls; it has no public way to add one.
+    response._resource_closers.append(closer)  # type: ignore[attr-defined]
 
 
 # Label values are few (verbs, 11 scores, error reasons): keep each labelled child
@@ -133,7 +149,7 @@ def _child(metric, *labels):
     return child
 
 
-def _tally(scores: list[int]) -> dict[int, int]:
+def _tally(scores: Sequence[int]) -> dict[int, int]:
     """How often each score occurs. Scores are 0..10, so a bytes object counts them
     in C (about 8 us for 1000 nodes); anything else falls back to Counter."""
     try:
@@ -175,8 +191,7 @@ def count_extender_error(path: str | None, reason: str) -> None:
     _child(ERRORS, verb_for_path(path), reason).inc()
 
 
-def _error_reason(request, status: int) -> str:
-    exception = getattr(request, "kssched_exception", None)
+def _error_reason(status: int, exception: BaseException | None) -> str:
     if exception is not None:
         from django.db import DatabaseError
 
@@ -199,14 +214,15 @@ class HistoryCollector:
         from django.db import DatabaseError
         from django.db.models import Count, Q
 
-        from history.models import Placement, WatchState
+        from history.models import Placement
+        from history.watcher.health import stream_health
 
         up = GaugeMetricFamily(
             "kssched_database_up",
             "1 when the database answered the metrics queries, else 0.",
         )
         try:
-            states = list(WatchState.objects.all())
+            streams = stream_health()
             ledger = Placement.objects.aggregate(
                 total=Count("pk"),
                 active=Count("pk", filter=Q(finished_at__isnull=True)),
@@ -222,10 +238,12 @@ class HistoryCollector:
             return
         up.add_metric([], 1)
         yield up
-        yield from self._watch_metrics(states)
+        yield from self._watch_metrics(streams)
         yield from self._ledger_metrics(ledger)
 
-    def _watch_metrics(self, states):
+    def _watch_metrics(self, streams):
+        from history.watcher.health import seconds_since
+
         now = timezone.now()
         events = CounterMetricFamily(
             "kssched_watch_events",
@@ -254,19 +272,16 @@ class HistoryCollector:
             "stream: how old the counts the extender serves may be.",
             labels=["stream"],
         )
-        for state in states:
-            events.add_metric([state.name], state.events)
-            relists.add_metric([state.name], state.relists)
-            skipped.add_metric([state.name], state.skipped_events)
-            if state.last_event_at:
-                age = (now - state.last_event_at).total_seconds()
-                event_age.add_metric([state.name], age)
-            latest = max(
-                (t for t in (state.last_event_at, state.heartbeat_at) if t),
-                default=None,
-            )
-            if latest:
-                staleness.add_metric([state.name], (now - latest).total_seconds())
+        for stream in streams:
+            events.add_metric([stream.name], stream.events)
+            relists.add_metric([stream.name], stream.relists)
+            skipped.add_metric([stream.name], stream.skipped_events)
+            age = seconds_since(stream.last_event_at, now)
+            if age is not None:
+                event_age.add_metric([stream.name], age)
+            stale = seconds_since(stream.last_progress_at, now)
+            if stale is not None:
+                staleness.add_metric([stream.name], stale)
         yield from (events, relists, skipped, event_age, staleness)
 
     def _ledger_metrics(self, ledger):

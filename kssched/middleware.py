@@ -12,7 +12,6 @@ but `/scheduler/...`, `/healthz` and `/version` is a 404: the admin, the API and
 metrics are served by the web listener's workers only.
 """
 
-import functools
 import ipaddress
 import logging
 import time
@@ -21,7 +20,12 @@ import orjson
 from django.conf import settings
 from django.http import HttpResponse
 
-from kssched.metrics import EXTENDER_PREFIX, observe_extender_request
+from kssched.metrics import (
+    EXTENDER_PREFIX,
+    extender_verb,
+    observe_extender_request,
+    record_after_response,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,22 +75,13 @@ def has_verified_client_certificate(request) -> bool:
     )
 
 
-def _observe(request, response, seconds: float) -> None:
-    """observe_extender_request, logged if it fails (Django's close() would hide it)."""
-    try:
-        observe_extender_request(request, response, seconds)
-    except Exception:
-        logger.exception("Could not record metrics for %s", request.path_info)
-
-
 class ExtenderMiddleware:
     """Refuse non-loopback extender callers (without mTLS) and record metrics; on
     the extender listener, refuse the other routes.
 
     The latency is measured up to the rendered response; the metrics are written
-    when the response is closed, after the reply went out (every WSGI server closes
-    it, as does Django's test client). Other paths pass straight through after one
-    string comparison.
+    when the response is closed, after the reply went out. Other paths pass
+    straight through after one string comparison.
     """
 
     def __init__(self, get_response):
@@ -105,11 +100,15 @@ class ExtenderMiddleware:
         else:
             response = self._refuse(request, address)
         seconds = time.perf_counter() - started
-        # Recorded when the server closes the response, which it does once the
-        # reply is written: kube-scheduler does not wait for the metrics. First
-        # among the closers, while the view's reply data is still there.
-        response._resource_closers.insert(
-            0, functools.partial(_observe, request, response, seconds)
+        record_after_response(
+            response,
+            request.path_info,
+            lambda: observe_extender_request(
+                extender_verb(request),
+                seconds,
+                status=response.status_code,
+                exception=getattr(request, "kssched_exception", None),
+            ),
         )
         return response
 

@@ -7,6 +7,8 @@ Django's own and behaves exactly like it on every other path; the admin's system
 checks still find them (they are subclasses).
 """
 
+from typing import Any
+
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
@@ -14,7 +16,7 @@ from django.contrib.sessions import middleware as sessions
 EXTENDER_PREFIX = "/scheduler/"
 
 
-def _skip_on_extender_routes(middleware_class):
+def _skip_on_extender_routes(middleware_class: type[Any]) -> type[Any]:
     class Skipping(middleware_class):
         def __call__(self, request):
             if request.path_info.startswith(EXTENDER_PREFIX):

@@ -7,6 +7,9 @@ import pytest
 
 from tests.helpers import IS_CI, run_gunicorn
 
+# The fake API server's `server` and `api` fixtures.
+pytest_plugins = ["tests.fakeapi.plugin"]
+
 ENFORCED_MARKERS = ("postgres", "browser")
 
 

@@ -21,15 +21,14 @@ from django.db import connection
 
 from history import corrections
 from history.models import KeyNode, Placement
-from tests.fakeapi import FakeApiServer, make_pod
+from tests.fakeapi import FakeApiServer, make_pod, write_kubeconfig
 from tests.helpers import REPO, database_env, run_gunicorn
-from tests.soak_watch import (
+from tests.watcher_process import (
     WatcherProcess,
     expected_counts,
     stored_counts,
     wait_until,
     watcher_env,
-    write_kubeconfig,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,10 +8,10 @@ from history.watcher.options import Options
 from history.watcher.pods import (
     FINISH,
     IGNORE,
-    INVALID,
     RECORD,
+    REJECT,
     Decision,
-    Placement,
+    NewPlacement,
     decide,
 )
 from tests.fakeapi import make_pod
@@ -37,7 +37,7 @@ def test_a_bound_pipeline_pod_is_recorded_with_its_fields():
     assert decision == Decision(
         RECORD,
         "u-1",
-        placement=Placement(
+        placement=NewPlacement(
             pod_uid="u-1",
             namespace="ci",
             name="p",
@@ -138,7 +138,7 @@ def test_bound_at_is_none_without_a_true_pod_scheduled_condition():
     ],
 )
 def test_objects_that_are_not_readable_pods_are_invalid(obj):
-    assert decide(obj, options=OPTIONS, event_type="ADDED").action == INVALID
+    assert decide(obj, options=OPTIONS, event_type="ADDED").action == REJECT
 
 
 def test_labels_and_node_names_that_are_not_strings_do_not_count():

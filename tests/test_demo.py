@@ -39,7 +39,7 @@ def admin_session(url: str, username: str, password: str):
 def test_demo_shows_placements_in_the_admin(tmp_path):
     port = free_port()
     demo = subprocess.Popen(
-        [sys.executable, "-m", "tests.demo", "--port", str(port), "--minutes", "1"]
+        [sys.executable, "-m", "tools.demo", "--port", str(port), "--minutes", "1"]
         + ["--rate", "3", "--seed", "7", "--dir", str(tmp_path)],
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -15,7 +15,6 @@ from kubernetes.client import exceptions as kexc
 
 from tests.fakeapi import (
     ClusterWatch,
-    FakeApiServer,
     ListAction,
     RawAction,
     StatusAction,
@@ -39,9 +38,8 @@ SELECTORS = {
 
 
 @pytest.fixture
-def server():
-    with FakeApiServer(bookmark_interval=0.2) as srv:
-        yield srv
+def bookmark_interval():
+    return 0.2
 
 
 def api_client(srv, retries=None):

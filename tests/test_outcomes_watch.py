@@ -17,12 +17,15 @@ from rest_framework.test import APIClient
 
 from history.corrections import create_key_node
 from history.models import Placement
-from history.watcher import kube, metrics, state
+from history.watcher import metrics, state
 from history.watcher.loop import Stream
 from history.watcher.options import Options
 from history.watcher.pods import PodHandler
-from tests.fakeapi import ClusterWatch, FakeApiServer, make_pod, pod_status
-from tests.soak_watch import write_kubeconfig
+from tests.fakeapi import (
+    ClusterWatch,
+    make_pod,
+    pod_status,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,15 +34,13 @@ GO = "ci-go-svc"
 
 
 @pytest.fixture
-def server():
-    with FakeApiServer(bookmark_interval=None) as fake:
-        yield fake
+def bookmark_interval():
+    return None
 
 
 @pytest.fixture
-def api(server, tmp_path):
-    client = kube.api_client(kubeconfig=str(write_kubeconfig(tmp_path, server.url)))
-    return kube.KubeApi(client, connect_timeout=1, read_timeout=2.0)
+def read_timeout():
+    return 2.0
 
 
 def new_stream(api):

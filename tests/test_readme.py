@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakeapi import FakeApiServer, make_node, make_pod
+from tests.fakeapi import FakeApiServer, make_node, make_pod, write_kubeconfig
 from tests.helpers import REPO
-from tests.soak_watch import write_kubeconfig
 
 pytestmark = pytest.mark.slow
 

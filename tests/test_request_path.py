@@ -13,7 +13,7 @@ from rest_framework.parsers import FormParser
 from rest_framework.permissions import AllowAny
 from rest_framework.test import APIClient
 
-from extender import parsers
+from extender import parsers, views
 from extender.views import AlwaysTruePredicateView, PipelinePriorityView
 from extender.wire import HostPriorityList, unique_names
 from kssched import middleware
@@ -249,7 +249,7 @@ def test_metrics_are_recorded_when_the_response_closes(settings):
 
 
 def test_a_failing_metric_is_logged_not_hidden(monkeypatch, caplog):
-    def broken(*args):
+    def broken(*args, **kwargs):
         raise RuntimeError("metrics store unavailable")
 
     monkeypatch.setattr(middleware, "observe_extender_request", broken)
@@ -260,3 +260,18 @@ def test_a_failing_metric_is_logged_not_hidden(monkeypatch, caplog):
         caplog.text
     )
     assert "metrics store unavailable" in caplog.text
+
+
+def test_a_failing_answer_metric_is_logged_and_the_reply_stands(monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("answer metrics unavailable")
+
+    monkeypatch.setattr(views, "observe_extender_answer", broken)
+    body = orjson.dumps({"Pod": {}, "Nodes": None, "NodeNames": ["a"]})
+    response = APIClient().generic("POST", PRIORITIZE_URL, body, "application/json")
+    assert response.status_code == 200
+    assert orjson.loads(response.content) == [{"Host": "a", "Score": 0}]
+    assert "Could not record metrics for /scheduler/priorities/pipeline" in (
+        caplog.text
+    )
+    assert "answer metrics unavailable" in caplog.text

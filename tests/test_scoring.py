@@ -3,22 +3,6 @@
 import pytest
 
 from extender.scoring.rules import seed_score, seed_scores
-from history.labels import split_pipeline_label
-
-
-@pytest.mark.parametrize(
-    ("value", "keys"),
-    [
-        ("jenkins-java-maven-1", ["jenkins", "java", "maven", "1"]),
-        ("a--b-", ["a", "b"]),
-        ("-", []),
-        ("", []),
-        (None, []),
-        ("single", ["single"]),
-    ],
-)
-def test_split_pipeline_label_ignores_empty_segments(value, keys):
-    assert split_pipeline_label(value) == keys
 
 
 @pytest.mark.parametrize(

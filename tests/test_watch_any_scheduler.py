@@ -4,22 +4,18 @@ import pytest
 from django.test import override_settings
 
 from history.models import KeyNode, Placement
-from history.watcher import kube
 from history.watcher.heartbeat import Heartbeat
 from history.watcher.loop import Stream
 from history.watcher.options import Options
 from history.watcher.pods import PodHandler
-from tests.fakeapi import FakeApiServer, ListAction, WatchAction, event, make_pod
-from tests.soak_watch import write_kubeconfig
+from tests.fakeapi import (
+    ListAction,
+    WatchAction,
+    event,
+    make_pod,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def api(tmp_path):
-    with FakeApiServer(bookmark_interval=0.3) as server:
-        client = kube.api_client(kubeconfig=str(write_kubeconfig(tmp_path, server.url)))
-        yield server, kube.KubeApi(client, connect_timeout=1, read_timeout=1.0)
 
 
 def stream_for(api_client, **settings_overrides):
@@ -45,10 +41,9 @@ EVENTS = [
 ]
 
 
-def test_any_scheduler_setting_counts_pods_of_the_default_scheduler(api):
-    server, client = api
+def test_any_scheduler_setting_counts_pods_of_the_default_scheduler(server, api):
     server.script(ListAction([], "1"), WatchAction(EVENTS))
-    stream = stream_for(client, KSSCHED_WATCH_ANY_SCHEDULER=True)
+    stream = stream_for(api, KSSCHED_WATCH_ANY_SCHEDULER=True)
     stream.start()
     assert stream.watch_once() is True
     assert set(Placement.objects.values_list("pod_uid", flat=True)) == {"u-a", "u-b"}
@@ -64,10 +59,9 @@ def test_any_scheduler_setting_counts_pods_of_the_default_scheduler(api):
     assert "fieldSelector" not in watch.query or not watch.query["fieldSelector"]
 
 
-def test_without_the_setting_only_ks_scheduler_pods_count(api):
-    server, client = api
+def test_without_the_setting_only_ks_scheduler_pods_count(server, api):
     server.script(ListAction([], "1"), WatchAction(EVENTS))
-    stream = stream_for(client, KSSCHED_WATCH_ANY_SCHEDULER=False)
+    stream = stream_for(api, KSSCHED_WATCH_ANY_SCHEDULER=False)
     stream.start()
     assert stream.watch_once() is True
     assert list(Placement.objects.values_list("pod_uid", flat=True)) == ["u-a"]

@@ -14,26 +14,19 @@ import pytest
 
 from history import audit
 from history.models import Placement, WatchState
-from tests.fakeapi import FakeApiServer, make_pod
+from tests.fakeapi import make_pod, write_kubeconfig
 from tests.helpers import REPO, database_env, free_port
-from tests.soak_watch import (
-    Soak,
+from tests.watcher_process import (
     WatcherProcess,
     expected_counts,
     hold_write_lock,
     stored_counts,
     wait_until,
     watcher_env,
-    write_kubeconfig,
 )
+from tools.soak_watch import Soak
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def server():
-    with FakeApiServer(bookmark_interval=0.3) as fake:
-        yield fake
 
 
 @pytest.fixture

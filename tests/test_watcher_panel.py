@@ -13,8 +13,7 @@ from django.utils import timezone
 
 from history.models import WatchState
 from history.watcher.heartbeat import default_max_age
-from tests.fakeapi import FakeApiServer, make_node, make_pod
-from tests.soak_watch import write_kubeconfig
+from tests.fakeapi import FakeApiServer, make_node, make_pod, write_kubeconfig
 
 
 def stream_row(html: str, name: str) -> str:

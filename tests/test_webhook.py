@@ -360,9 +360,15 @@ def spec_with(**fields):
     ("pod", "message"),
     [
         ("a pod", "the review carries no Pod object"),
-        ({"metadata": [], "spec": {}}, "Pod metadata is not an object"),
-        ({"metadata": {"labels": "x"}, "spec": {}}, "metadata.labels is not an object"),
-        ({"metadata": {"labels": {"ks-pipeline": 3}}}, "ks-pipeline is not a string"),
+        ({"metadata": [], "spec": {}}, "Pod.metadata must be an object"),
+        (
+            {"metadata": {"labels": "x"}, "spec": {}},
+            "Pod.metadata.labels must be an object",
+        ),
+        (
+            {"metadata": {"labels": {"ks-pipeline": 3}}},
+            "Pod label 'ks-pipeline' must be a string",
+        ),
         ({"metadata": {"labels": {"ks-pipeline": "ci-java-app"}}}, "spec is missing"),
         (spec_with(affinity=[]), "spec.affinity is not an object"),
         (spec_with(affinity={"nodeAffinity": 1}), "nodeAffinity is not an object"),

@@ -21,7 +21,6 @@ from history.reader.model import (
     HistoryReader,
     LabelHistory,
     Policies,
-    distinct_keys,
     empty_history,
     rows_that_count,
 )
@@ -34,7 +33,6 @@ __all__ = [
     "HistoryReader",
     "LabelHistory",
     "Policies",
-    "distinct_keys",
     "empty_history",
     "history_reader",
     "reading_ahead",

@@ -24,9 +24,10 @@ from collections.abc import Mapping, Sequence
 from django.conf import settings
 from django.db import connection
 
+from history.labels import distinct_keys
 from history.models import KeyNode
 from history.reader.memo import KeyMemo
-from history.reader.model import LabelHistory, Policies, decode, distinct_keys
+from history.reader.model import LabelHistory, Policies, decode
 from history.reader.pool import database_pool
 from history.reader.sql import SqlReader, as_timestamp, history_sql
 

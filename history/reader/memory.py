@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from history.labels import distinct_keys
 from history.reader.memo import KeyMemo
-from history.reader.model import LabelHistory, Policies, distinct_keys
+from history.reader.model import LabelHistory, Policies
 from history.reader.pool import Pool
 from history.recency import accumulate_decayed
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from history.labels import distinct_keys
 from history.recency import Row
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class LabelHistory:
     @property
     def unique(self) -> tuple[str, ...]:
         """The label's distinct keys, general to specific."""
-        return distinct_keys(self.keys)
+        return tuple(distinct_keys(self.keys))
 
     def node_rows(self, node: str) -> list[Row]:
         """`node`'s rows for the label's keys (one per distinct key it has)."""
@@ -148,12 +149,6 @@ class LabelHistory:
         """Node-major rows (node -> its rows), built on each use: for pages and
         explanations, not for the scoring path."""
         return {node: self.node_rows(node) for node in sorted(self.nodes())}
-
-
-def distinct_keys(keys: Iterable[str]) -> tuple[str, ...]:
-    """A label's keys without repeats, in order (a segment repeated in a label
-    counts once, at its most specific position: see `positions`)."""
-    return tuple(dict.fromkeys(keys))
 
 
 def positions(keys: Sequence[str]) -> dict[str, int]:

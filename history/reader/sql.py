@@ -17,12 +17,12 @@ import psycopg
 from django.db import connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
+from history.labels import distinct_keys
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
 from history.reader.model import (
     LabelHistory,
     Small,
     decode,
-    distinct_keys,
     empty_history,
 )
 from history.reader.pool import database_pool

@@ -9,7 +9,9 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from history import outcomes, queries
-from history.models import KeyNode, NodeRecord, Placement, WatchState
+from history.models import KeyNode, NodeRecord, Placement
+from history.permissions import can_view_history
+from history.watcher.health import has_reported, seconds_since, stream_health
 from history.watcher.heartbeat import default_max_age
 
 register = template.Library()
@@ -18,9 +20,8 @@ BUSIEST = 5
 
 
 def age_seconds(moment: datetime | None, now: datetime) -> int | None:
-    if moment is None:
-        return None
-    return max(0, int((now - moment).total_seconds()))
+    seconds = seconds_since(moment, now)
+    return None if seconds is None else max(0, int(seconds))
 
 
 def database_description() -> str:
@@ -48,7 +49,7 @@ def watcher_status(now: datetime) -> dict:
     its newest heartbeat is older than the limit of `watcher_health`, the probe that
     restarts it: both streams beat the same heartbeat file.
     """
-    states = {state.name: state for state in WatchState.objects.all()}
+    states = {stream.name: stream for stream in stream_health()}
     recorded = {"pods": Placement.objects.count(), "nodes": NodeRecord.objects.count()}
     names = watcher_streams() + sorted(set(states) - set(watcher_streams()))
     rows = []
@@ -86,23 +87,23 @@ def watcher_status(now: datetime) -> dict:
 def history_overview(context):
     """Totals, busiest keys and nodes, watcher status and database backend."""
     request = context["request"]
-    user = request.user
-    if not user.has_perms(("history.view_keynode", "history.view_placement")):
+    if not can_view_history(request.user):
         return {"visible": False}
     now = timezone.now()
     active = Placement.objects.filter(finished_at__isnull=True)
-    busiest_nodes = list(
+    busiest = list(
         KeyNode.objects.values("node")
         .annotate(total=Sum("count"), keys=Count("key"))
         .order_by("-total", "node")[:BUSIEST]
     )
     active_by_node = dict(
-        active.filter(node__in=[row["node"] for row in busiest_nodes])
+        active.filter(node__in=[row["node"] for row in busiest])
         .values_list("node")
         .annotate(n=Count("pk"))
     )
-    for row in busiest_nodes:
-        row["active"] = active_by_node.get(row["node"], 0)
+    busiest_nodes = [
+        {**row, "active": active_by_node.get(row["node"], 0)} for row in busiest
+    ]
     totals = {
         "keys": KeyNode.objects.values("key").distinct().count(),
         "nodes": KeyNode.objects.values("node").distinct().count(),
@@ -136,7 +137,7 @@ def history_empty_state():
     return {
         "pipeline_label": settings.KSSCHED_PIPELINE_LABEL,
         "scheduler_name": settings.KSSCHED_SCHEDULER_NAME,
-        "has_watcher": WatchState.objects.exists(),
+        "has_watcher": has_reported(),
     }
 
 

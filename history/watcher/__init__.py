@@ -5,8 +5,10 @@
   (handler.py says what a handler gives it); transactions.py: one transaction per
   unit of work, and which database errors are fatal, transient or data errors;
 - pods.py: `decide(pod)`, the pure rule for when a pod counts, and PodHandler;
+  runs.py: what a pod's run took (startup, run time, outcome);
 - nodes.py: node identity; lease.py: leader election; process.py: the process;
-- state.py: checkpoints and health in WatchState; metrics.py, heartbeat.py;
+- state.py: checkpoints and health in WatchState; health.py: that health as the
+  probes, the admin and /metrics read it; metrics.py, heartbeat.py;
 - kube.py: the only module that imports `kubernetes`.
 
 Kept free of imports, so `watcher_health` loads only what it uses.

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 RECEIVED = "RECEIVED"  # a raw event arrived (before anything is written)
 RELISTING = "RELISTING"  # a full list starts
 LISTED = "LISTED"  # a batch of listed objects committed
-INVALID = "INVALID"  # an unreadable event was skipped
+UNREADABLE = "INVALID"  # an unreadable event was skipped (metrics say INVALID)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ logger = logging.getLogger(__name__)
 
 def default_max_age() -> float:
     """Heartbeat age beyond which the watcher counts as stuck."""
-    return settings.KSSCHED_WATCH_READ_TIMEOUT + settings.KSSCHED_WATCH_BACKOFF_CAP + 30
+    read_timeout: float = settings.KSSCHED_WATCH_READ_TIMEOUT
+    backoff_cap: float = settings.KSSCHED_WATCH_BACKOFF_CAP
+    return read_timeout + backoff_cap + 30
 
 
 class Heartbeat:

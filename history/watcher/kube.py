@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -100,7 +100,9 @@ class KubeApi:
 
     # ---- list and watch
 
-    def _list_func(self, resource: str, namespace: str | None):
+    def _list_func(
+        self, resource: str, namespace: str | None
+    ) -> tuple[Callable[..., Any], dict[str, Any]]:
         if resource == "nodes":
             return self.core.list_node, {}
         if namespace:
@@ -188,7 +190,8 @@ class KubeApi:
                 return None
             raise
         try:
-            return json.loads(response.data)
+            lease: dict[str, Any] = json.loads(response.data)
+            return lease
         finally:
             response.release_conn()
 
@@ -204,7 +207,7 @@ class KubeApi:
             raise
         return True
 
-    def replace_lease(self, *, name: str, namespace: str, body: dict) -> bool:
+    def replace_lease(self, *, name: str, namespace: str, body: dict[str, Any]) -> bool:
         """Replace a Lease at the resourceVersion in `body`; False on conflict."""
         try:
             self.coordination.replace_namespaced_lease(
@@ -224,7 +227,7 @@ class WatchStream:
     socket down, so a blocked read returns at once.
     """
 
-    def __init__(self, func, kwargs: dict[str, Any]) -> None:
+    def __init__(self, func: Callable[..., Any], kwargs: dict[str, Any]) -> None:
         self._func = func
         self._kwargs = kwargs
         # `object` keeps each event's object a plain dict: no model classes, and a

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.utils import timezone
 
@@ -92,7 +93,9 @@ class LeaderElector:
             self.last_renewed = time.monotonic()
         return ok
 
-    def _spec(self, acquired: datetime, renewed: datetime, transitions: int):
+    def _spec(
+        self, acquired: datetime, renewed: datetime, transitions: int
+    ) -> dict[str, Any]:
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, round(self.duration)),

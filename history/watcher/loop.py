@@ -37,13 +37,20 @@ from django.db import DatabaseError
 
 from history.exceptions import WatcherFatalError
 from history.watcher import kube, metrics, state
-from history.watcher.handler import INVALID, LISTED, RECEIVED, RELISTING, Handler, Step
+from history.watcher.handler import (
+    LISTED,
+    RECEIVED,
+    RELISTING,
+    UNREADABLE,
+    Handler,
+    Step,
+)
+from history.watcher.health import first_line
 from history.watcher.heartbeat import Heartbeat
 from history.watcher.options import Backoff, Options
 from history.watcher.transactions import (
     DATA_ERROR_ATTEMPTS,
     Unwritable,
-    first_line,
     in_transaction,
 )
 
@@ -153,7 +160,7 @@ class Stream:
         self.handler.observe(Step(RECEIVED))
         if not isinstance(event, dict):
             logger.warning("Skipping unreadable %s watch event: %r", self.name, event)
-            self.handler.observe(Step(INVALID))
+            self.handler.observe(Step(UNREADABLE))
             return
         type_ = event.get("type")
         obj = event.get("object")
@@ -180,7 +187,7 @@ class Stream:
                 type_,
                 obj,
             )
-            kind = str(type_) if type_ in ("ADDED", "MODIFIED") else INVALID
+            kind = str(type_) if type_ in ("ADDED", "MODIFIED") else UNREADABLE
             self.handler.observe(Step(kind))
             return
         logger.debug(
@@ -335,7 +342,13 @@ class Stream:
             self.handler.observe(Step(LISTED, len(objects), outcomes))
         self._count_processed(len(objects))
 
-    def _save(self, resource_version: str, events: int, relisted=False, skipped=""):
+    def _save(
+        self,
+        resource_version: str,
+        events: int,
+        relisted: bool = False,
+        skipped: str = "",
+    ) -> None:
         """Save progress (inside the caller's transaction).
 
         Streams without a checkpoint keep only the health fields, and only for a

@@ -77,6 +77,6 @@ class Backoff:
         if self._last_failure is not None and now - self._last_failure > self.reset:
             self.attempts = 0
         self._last_failure = now
-        delay = min(self.cap, self.base * 2**self.attempts)
+        delay: float = min(self.cap, self.base * 2**self.attempts)
         self.attempts += 1
         return min(self.cap, delay * (1 + self._rng()))

@@ -26,17 +26,19 @@ logger = logging.getLogger(__name__)
 RECORD = "record"
 FINISH = "finish"
 IGNORE = "ignore"
-INVALID = "invalid"
+REJECT = "reject"
 
 # What writing a decision did (the watcher's placement metrics count these).
 RECORDED = "recorded"
 DUPLICATE = "duplicate"
 IGNORED = "ignored"
+REJECTED = "rejected"
 
 
 @dataclass(frozen=True)
-class Placement:
-    """The fields of a placement to record (the ledger's `record_placement`)."""
+class NewPlacement:
+    """The fields of a placement to record (the ledger's `record_placement`), before
+    it is a `history.models.Placement` row."""
 
     pod_uid: str
     namespace: str
@@ -52,13 +54,13 @@ class Decision:
     """What one pod state means for the ledger.
 
     `action` is RECORD (with `placement`; `finish` too when the pod has already
-    ended), FINISH (close the pod's ledger row, if it has one), IGNORE or INVALID
+    ended), FINISH (close the pod's ledger row, if it has one), IGNORE or REJECT
     (with `reason`).
     """
 
     action: str
     uid: str = ""
-    placement: Placement | None = None
+    placement: NewPlacement | None = None
     finish: bool = False
     # The startup, run time and outcome this pod state carries, if any.
     timings: Timings | None = None
@@ -77,7 +79,7 @@ def decide(pod: Any, *, options: Options, event_type: str) -> Decision:
     """
     meta, spec, status = (_mapping(pod, key) for key in ("metadata", "spec", "status"))
     if meta is None or spec is None or status is None or not meta.get("uid"):
-        return Decision(INVALID, reason="no uid or spec")
+        return Decision(REJECT, reason="no uid or spec")
     uid = meta["uid"]
     if (
         not options.any_scheduler
@@ -92,7 +94,7 @@ def decide(pod: Any, *, options: Options, event_type: str) -> Decision:
     )
     counts_now = options.count_when == "bound" or phase in ("Running", "Succeeded")
     if label and node and counts_now and labels.split_pipeline_label(label):
-        placement = Placement(
+        placement = NewPlacement(
             pod_uid=uid,
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
@@ -142,7 +144,7 @@ class PodHandler:
 
     def decide(self, type_: str, obj: dict[str, Any]) -> Decision:
         decision = decide(obj, options=self.options, event_type=type_)
-        if decision.action == INVALID:
+        if decision.action == REJECT:
             logger.warning("Skipping pod without uid or spec: %.300r", obj)
         return decision
 
@@ -151,8 +153,8 @@ class PodHandler:
         return [self._write_one(decision) for decision in decisions]
 
     def _write_one(self, decision: Decision) -> str:
-        if decision.action == INVALID:
-            return INVALID
+        if decision.action == REJECT:
+            return REJECTED
         outcome = IGNORED
         if decision.placement is not None:
             created = ledger.record_placement(**vars(decision.placement))

@@ -4,6 +4,7 @@ resumes, its health, and which UID each node name has."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F
@@ -34,7 +35,7 @@ def save_watch_state(
     (what was dropped) adds one skipped event; heartbeat_at is always set.
     """
     now = now or timezone.now()
-    changes: dict = {"heartbeat_at": now, "updated": now}
+    changes: dict[str, Any] = {"heartbeat_at": now, "updated": now}
     if resource_version:
         changes["resource_version"] = resource_version
     if events:

@@ -82,8 +82,3 @@ def in_transaction(
         connection.close()
         sleep(delay)
         delay = min(cap, delay * 2)
-
-
-def first_line(error: Exception) -> str:
-    """The first line of an error's text (PostgreSQL adds DETAIL lines)."""
-    return (str(error).strip().splitlines() or [""])[0]

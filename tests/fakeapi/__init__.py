@@ -46,6 +46,10 @@ Modules, in the order a request meets them:
 - ``store``: objects, resourceVersions, history and compaction;
 - ``objects`` and ``wire``: Pod/Node/Lease builders and pod statuses; Status bodies
   and watch events.
+
+Around it: ``kubeconfig`` writes a kubeconfig that points the kubernetes client at a
+server, and ``plugin`` gives tests the ``server`` and ``api`` fixtures (registered
+in tests/conftest.py).
 """
 
 from tests.fakeapi.actions import (
@@ -60,6 +64,7 @@ from tests.fakeapi.actions import (
     conflict,
     too_large_rv,
 )
+from tests.fakeapi.kubeconfig import write_kubeconfig
 from tests.fakeapi.objects import (
     CREATION_TIMESTAMP,
     DEFAULT_NAMESPACE,
@@ -110,4 +115,5 @@ __all__ = [
     "pod_status",
     "status_body",
     "too_large_rv",
+    "write_kubeconfig",
 ]

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError, connection
 
-from history.models import WatchState
+from history.watcher.health import first_line, stream_health, with_skipped_events
 from history.watcher.heartbeat import default_max_age, heartbeat_age
 
 # Seconds a PostgreSQL connection may take before the skipped events are left out,
@@ -63,14 +63,11 @@ def _skipped_events() -> str:
             "connect_timeout", CONNECT_TIMEOUT
         )
     try:
-        rows = list(
-            WatchState.objects.filter(skipped_events__gt=0).values_list(
-                "name", "skipped_events", "last_skipped"
-            )
-        )
+        streams = with_skipped_events(stream_health())
     except DatabaseError as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return f"; skipped events unknown ({first_line})"
+        return f"; skipped events unknown ({first_line(exc)})"
     return "".join(
-        f"; {name}: {count} events skipped, last: {last}" for name, count, last in rows
+        f"; {stream.name}: {stream.skipped_events} events skipped, "
+        f"last: {stream.last_skipped}"
+        for stream in streams
     )

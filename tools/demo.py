@@ -33,9 +33,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.fakeapi import FakeApiServer, make_node, make_pod
+from tests.fakeapi import FakeApiServer, make_node, make_pod, write_kubeconfig
 from tests.servers import wait_for_port
-from tests.soak_watch import write_kubeconfig
 
 REPO = Path(__file__).resolve().parent.parent
 USERNAME = "demo"

@@ -1,7 +1,7 @@
 """A scripted outcomes run: pipeline pods with realistic container statuses go through
 the fake API server to a real `manage.py watch_pods` process, then `manage.py outcomes`.
 
-`python -m tests.outcomes_demo` (or `make outcomes-demo`) migrates a fresh SQLite file
+`python -m tools.outcomes_demo` (or `make outcomes-demo`) migrates a fresh SQLite file
 (or uses DATABASE_URL), starts the watcher as a subprocess against tests/fakeapi/ in
 cluster mode and runs pods of three pipelines on twenty nodes: each is bound, pulls
 (longer on a node that never ran its pipeline), runs and ends, and a few fail, lose
@@ -23,14 +23,15 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tests.fakeapi import FakeApiServer, make_node, make_pod, pod_status
-from tests.soak_watch import (
-    REPO,
-    WatcherProcess,
-    wait_until,
-    watcher_env,
+from tests.fakeapi import (
+    FakeApiServer,
+    make_node,
+    make_pod,
+    pod_status,
     write_kubeconfig,
 )
+from tests.helpers import REPO
+from tests.watcher_process import WatcherProcess, wait_until, watcher_env
 
 PIPELINES = {  # label: share of the pods
     "jenkins-java-maven": 0.5,

@@ -1,5 +1,5 @@
-"""The watcher's list/watch loop, pod and node handlers and lease against the fake
-API server over real HTTP.
+"""history.watcher.loop: the list/watch loop and the pod handler against the fake API
+server over real HTTP.
 
 The unmodified `kubernetes` client talks to tests/fakeapi/; every test checks the
 exact counts and that `audit_counts` finds no drift. Process-level behaviour
@@ -8,123 +8,43 @@ exact counts and that `audit_counts` finds no drift. Process-level behaviour
 
 import io
 import logging
-import signal
-import threading
 import time
 from contextlib import contextmanager
 
 import pytest
-import urllib3
 from django.core.management import call_command
 from django.db import OperationalError, connection
-from django.test import override_settings
 
-from history import audit, corrections
-from history.models import CountAdjustment, KeyNode, NodeRecord, Placement, WatchState
-from history.watcher import kube, metrics, state
-from history.watcher.heartbeat import Heartbeat, heartbeat_age
-from history.watcher.lease import LeaderElector
-from history.watcher.loop import Stream
-from history.watcher.nodes import NodeHandler
-from history.watcher.options import Backoff, Options
-from history.watcher.pods import PodHandler
-from history.watcher.process import Watcher
+from history import corrections
+from history.models import CountAdjustment, KeyNode, Placement, WatchState
+from history.watcher import kube, metrics
+from history.watcher.heartbeat import heartbeat_age
 from tests.fakeapi import (
     ClusterWatch,
-    FakeApiServer,
     ListAction,
     RawAction,
     StatusAction,
     WatchAction,
     bookmark,
-    conflict,
     encode_event,
     event,
     expired,
-    make_lease,
-    make_node,
     make_pod,
+    write_kubeconfig,
 )
 from tests.helpers import free_port
-from tests.soak_watch import write_kubeconfig
+from tests.watch_streams import (
+    assert_no_drift,
+    bound,
+    counts,
+    pod_stream,
+    run_until,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-NS = "ks-pipelines"
 
-
-@pytest.fixture
-def server():
-    with FakeApiServer(bookmark_interval=0.3) as fake:
-        yield fake
-
-
-@pytest.fixture
-def api(server, tmp_path):
-    client = kube.api_client(kubeconfig=str(write_kubeconfig(tmp_path, server.url)))
-    return kube.KubeApi(client, connect_timeout=1, read_timeout=1.0)
-
-
-def options(**overrides):
-    values = dict(
-        scheduler_name="ks-scheduler",
-        pipeline_label="ks-pipeline",
-        server_timeout=(2, 3),
-        backoff_base=0.05,
-        backoff_cap=0.3,
-        backoff_reset=5,
-    )
-    values.update(overrides)
-    return Options(**values)
-
-
-def pod_stream(api, tmp_path=None, **overrides):
-    heartbeat = Heartbeat(tmp_path / "hb" if tmp_path else None)
-    opts = options(**overrides)
-    return Stream(api, PodHandler(opts), options=opts, heartbeat=heartbeat)
-
-
-def counts():
-    return {(k.key, k.node): k.count for k in KeyNode.objects.all() if k.count}
-
-
-def assert_no_drift():
-    checked, drifts = audit.audit_counts()
-    assert drifts == []
-    return checked
-
-
-def bound(name, node, uid=None, label="pipeline1", rv="1", **kw):
-    return make_pod(name, uid=uid, node=node, label=label, rv=rv, **kw)
-
-
-def run_until(stream, predicate, timeout=10.0):
-    """Run stream.run() in a thread until predicate() holds; then stop it."""
-    errors = []
-
-    def target():
-        try:
-            stream.run()
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not predicate():
-        time.sleep(0.05)
-    reached = predicate()
-    stream.shutdown.set()
-    stream.interrupt()
-    thread.join(timeout=10)
-    assert not thread.is_alive()
-    assert errors == []
-    return reached
-
-
-# --------------------------------------------------------------------------- events
+# Events
 
 
 def test_duplicates_out_of_order_replays_and_noise_count_each_uid_once(api, server):
@@ -425,7 +345,7 @@ def test_a_locked_database_is_retried_until_it_answers(api, server):
     assert WatchState.objects.get(name="pods").skipped_events == 0
 
 
-# --------------------------------------------------------------------------- faults
+# Faults
 
 
 def test_410_then_relist_and_resume_after_compaction(api, server):
@@ -546,239 +466,3 @@ def test_heartbeat_moves_on_events_and_backoff(api, server, tmp_path):
     run_until(stream, lambda: time.time() - started > 0.6)
     age = heartbeat_age(tmp_path / "hb")
     assert age is not None and age < 1.5
-
-
-# --------------------------------------------------------------------------- nodes
-
-
-def test_node_stream_notices_a_replaced_node(api, server):
-    server.add_node(make_node("n1", uid="uid-1"))
-    server.add_node(make_node("n2", uid="uid-2"))
-    nodes = Stream(api, NodeHandler(), options=options())
-    nodes.start()
-    nodes.relist()
-    server.replace_node("n1")
-    server.modify("nodes", "n2", {"status": {"phase": "Running"}}, None)
-    assert run_until(nodes, lambda: NodeRecord.objects.filter(replacements=1).exists())
-    n1 = NodeRecord.objects.get(name="n1")
-    assert n1.uid != "uid-1" and n1.history_since is not None
-    n2 = NodeRecord.objects.get(name="n2")
-    assert (n2.uid, n2.replacements, n2.history_since) == ("uid-2", 0, None)
-
-
-def test_record_node_seen_outcomes():
-    assert state.record_node_seen(name="x", uid="1") == "new"
-    assert state.record_node_seen(name="x", uid="1") == "same"
-    assert state.record_node_seen(name="x", uid="2") == "replaced"
-    record = NodeRecord.objects.get(name="x")
-    assert (record.uid, record.replacements) == ("2", 1)
-
-
-# --------------------------------------------------------------------------- leases
-
-
-def test_lease_acquire_renew_release_and_conflict(api, server):
-    first = LeaderElector(api, "lease", NS, "a", duration=2)
-    second = LeaderElector(api, "lease", NS, "b", duration=2)
-    assert first.try_acquire()
-    assert not second.try_acquire()
-    assert first.try_acquire()  # renew
-    server.inject(conflict("lease"), verb="update", resource="leases")
-    assert not first.try_acquire()
-    first.release()
-    assert second.try_acquire()
-    lease = server.get("leases", "lease", NS)
-    assert lease["spec"]["holderIdentity"] == "b"
-    assert lease["spec"]["leaseTransitions"] == 1
-
-
-def test_an_expired_lease_is_taken_over(api, server):
-    server.add("leases", make_lease("lease", holder="gone", duration=1))
-    elector = LeaderElector(api, "lease", NS, "me", duration=2)
-    assert not elector.try_acquire()
-    time.sleep(1.2)
-    assert elector.try_acquire()
-    assert server.get("leases", "lease", NS)["spec"]["holderIdentity"] == "me"
-
-
-# --------------------------------------------------------------------------- units
-
-
-def test_backoff_grows_is_capped_and_resets():
-    now = [0.0]
-    backoff = Backoff(
-        base=0.8, cap=30, reset=120, rng=lambda: 0.5, clock=lambda: now[0]
-    )
-    delays = [backoff.next_delay() for _ in range(8)]
-    assert delays[:3] == pytest.approx([1.2, 2.4, 4.8])
-    assert max(delays) == 30 and min(delays) >= 0.8
-    now[0] = 500.0
-    assert backoff.next_delay() == pytest.approx(1.2)
-
-
-def test_classify_sorts_client_errors():
-    from kubernetes.client.exceptions import ApiException
-
-    assert kube.classify(ApiException(status=410)).action == kube.GONE
-    too_large = ApiException(status=504, reason="Too large resource version: 9")
-    assert kube.classify(too_large).action == kube.GONE
-    assert kube.classify(ApiException(status=429)).reason == "429"
-    assert kube.classify(ValueError("x")) is None
-    pool = urllib3.HTTPConnectionPool("api.example", 6443)
-    url = "/api/v1/pods?labelSelector=ks-pipeline&limit=500"
-    refused = urllib3.exceptions.NewConnectionError(pool, "Connection refused")
-    failure = kube.classify(urllib3.exceptions.MaxRetryError(pool, url, refused))
-    assert (failure.reason, failure.detail) == ("unreachable", str(refused))
-    slow = urllib3.exceptions.ReadTimeoutError(pool, url, "Read timed out.")
-    failure = kube.classify(urllib3.exceptions.MaxRetryError(pool, url, slow))
-    assert failure.reason == "read_timeout"
-
-
-# --------------------------------------------------------------------------- command
-
-
-def test_watch_pods_command_end_to_end_with_max_events(server, tmp_path):
-    server.add_pods([make_pod(f"p{i}", label="e2e-k") for i in range(3)])
-    server.bind_pod("p0", "n1")
-    server.bind_pod("p1", "n2")
-    kubeconfig = write_kubeconfig(tmp_path, server.url)
-    heartbeat = tmp_path / "heartbeat"
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        with override_settings(
-            KSSCHED_HEARTBEAT_PATH=str(heartbeat),
-            KSSCHED_WATCHER_METRICS_PORT=0,
-            KSSCHED_WATCH_READ_TIMEOUT=1.0,
-            KSSCHED_WATCH_SERVER_TIMEOUT_MIN=2,
-            KSSCHED_WATCH_SERVER_TIMEOUT_MAX=3,
-        ):
-            threading.Timer(0.5, server.bind_pod, ("p2", "n1")).start()
-            call_command(
-                "watch_pods",
-                kubeconfig=str(kubeconfig),
-                max_events=4,
-                no_nodes=True,
-                stdout=io.StringIO(),
-            )
-            call_command("watcher_health", stdout=io.StringIO())
-            with pytest.raises(SystemExit) as stale:
-                time.sleep(0.05)
-                call_command("watcher_health", max_age=0.01, stderr=io.StringIO())
-            assert stale.value.code == 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    assert counts() == {
-        ("e2e", "n1"): 2,
-        ("k", "n1"): 2,
-        ("e2e", "n2"): 1,
-        ("k", "n2"): 1,
-    }
-    out = io.StringIO()
-    call_command("audit_counts", stdout=out)
-    assert "no drift" in out.getvalue()
-
-
-def test_watch_pods_once_returns_after_the_list_and_the_queued_events(server, tmp_path):
-    """--once does not wait for the server's watch timeout (here 30-40 s)."""
-    server.add_pods([make_pod(f"p{i}", label="once") for i in range(2)])
-    server.bind_pod("p0", "n1")
-    kubeconfig = str(write_kubeconfig(tmp_path, server.url))
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    took = []
-    try:
-        with override_settings(
-            KSSCHED_HEARTBEAT_PATH=str(tmp_path / "hb"),
-            KSSCHED_WATCHER_METRICS_PORT=0,
-            KSSCHED_WATCH_SERVER_TIMEOUT_MIN=30,
-            KSSCHED_WATCH_SERVER_TIMEOUT_MAX=40,
-        ):
-            for bind in ("p1", None):
-                started = time.monotonic()
-                call_command(
-                    "watch_pods",
-                    kubeconfig=kubeconfig,
-                    once=True,
-                    no_nodes=True,
-                    stdout=io.StringIO(),
-                )
-                took.append(time.monotonic() - started)
-                if bind:
-                    # Bound while no watcher runs: the next --once resumes from the
-                    # checkpoint and finds the event waiting.
-                    server.bind_pod(bind, "n2")
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    assert max(took) < 5, took
-    assert counts() == {("once", "n1"): 1, ("once", "n2"): 1}
-    assert WatchState.objects.get(name="pods").relists == 1
-    assert_no_drift()
-
-
-def test_a_leader_that_loses_its_lease_stops_watching_and_stands_by(
-    api, server, tmp_path, caplog
-):
-    """Renewal fails past the deadline: the watch stops and the replica waits."""
-    elector = LeaderElector(
-        api, "lease", NS, "me", duration=2, renew_deadline=0.6, retry_period=0.2
-    )
-    watcher = Watcher(
-        api,
-        options=options(),
-        heartbeat=Heartbeat(tmp_path / "hb"),
-        watch_nodes=False,
-        elector=elector,
-    )
-    thread = threading.Thread(target=_run_and_close, args=(watcher,), daemon=True)
-    with caplog.at_level(logging.INFO, logger="history.watcher"):
-        thread.start()
-        assert _wait(lambda: server.watch_requests("pods"))
-        assert WatchState.objects.get(name="pods").holder == "me"
-
-        def steal(lease):
-            lease["spec"]["holderIdentity"] = "other"
-            lease["spec"]["leaseDurationSeconds"] = 60
-
-        server.modify("leases", "lease", steal, NS)
-        stolen_at = time.monotonic()
-        assert _wait(lambda: "Lost the lease; standing by" in caplog.text)
-        assert time.monotonic() - stolen_at < 2.5
-        watches = len(server.watch_requests("pods"))
-        server.add_pod(make_pod("late", node="n1", label="k"))
-        time.sleep(0.5)
-        assert len(server.watch_requests("pods")) == watches
-        assert Placement.objects.count() == 0
-        watcher.request_shutdown()
-        thread.join(timeout=10)
-    assert not thread.is_alive()
-    # The other holder's lease is left alone on shutdown.
-    assert server.get("leases", "lease", NS)["spec"]["holderIdentity"] == "other"
-
-
-def _run_and_close(watcher):
-    try:
-        watcher.run()
-    finally:
-        connection.close()
-
-
-def _wait(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
-def test_namespace_option_lists_and_watches_one_namespace(api, server):
-    server.add_pod(make_pod("mine", namespace="team-a", node="n1", label="ns-a"))
-    server.add_pod(make_pod("theirs", namespace="team-b", node="n1", label="ns-b"))
-    stream = pod_stream(api, namespace="team-a")
-    stream.start()
-    server.inject(ClusterWatch(max_events=0, end="close"))
-    stream.watch_once()
-    assert counts() == {("ns", "n1"): 1, ("a", "n1"): 1}
-    paths = {r.path for r in server.requests if r.resource == "pods"}
-    assert paths == {"/api/v1/namespaces/team-a/pods"}

@@ -1,0 +1,1 @@
+"""Scripts run by hand or by make (demo, soak, outcomes demo): not tests."""
