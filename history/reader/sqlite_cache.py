@@ -49,7 +49,7 @@ class SqliteCacheReader(CachedReader):
         self.placement_id: int | None = None
         self.adjustment_id = 0
         self.pod_id = 0
-        self.pruned_at = 0.0
+        self.pruned_at = time.monotonic()
 
     def sync(self) -> None:
         connection.ensure_connection()
