@@ -45,6 +45,7 @@ from extender.scoring.steering import (
 )
 from extender.scoring.strategies import get_strategy
 from history.labels import split_pipeline_label
+from history.nodenames import is_valid_node_name
 from history.queries import pool_nodes
 
 logger = logging.getLogger(__name__)
@@ -104,10 +105,20 @@ def pod_decision(pod: dict) -> tuple[str | None, str]:
     return label, "pipeline pod"
 
 
+def patch_terms(plan: Plan) -> list[dict]:
+    """The preferred terms for `plan`'s nodes, leaving out any stored node name the
+    API server would not accept (a row written before names were checked, see
+    `history.nodenames`): a pod given such a term is rejected."""
+    return [
+        preferred_term(term.node, term.weight)
+        for term in plan.terms
+        if is_valid_node_name(term.node)
+    ]
+
+
 def patch_for(pod: dict, plan: Plan) -> list[dict]:
     """The JSON Patch that adds `plan`'s terms to `pod` (empty without terms)."""
-    terms = [preferred_term(term.node, term.weight) for term in plan.terms]
-    return affinity_patch(pod, terms)
+    return affinity_patch(pod, patch_terms(plan))
 
 
 def answer_review(
@@ -243,7 +254,9 @@ def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
         node = row["node"]
         row["steered_pods"] = plan.steered.get(node, 0)
         row["weight"] = weights.get(node)
-        if node in weights:
+        if node in weights and not is_valid_node_name(node):
+            row["term"] = "none: not a Kubernetes node name (see manage.py check)"
+        elif node in weights:
             row["term"] = f"weight {weights[node]} from score {row['score']}"
         elif node in dropped:
             row["term"] = (
@@ -253,10 +266,10 @@ def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
             row["term"] = f"none: score {row['score']} (only scores above 1 get one)"
     body["nodes"] = rows
     body["pool"] = len(plan.nodes)
-    body["terms"] = [preferred_term(term.node, term.weight) for term in plan.terms]
+    body["terms"] = patch_terms(plan)
     body["patch"] = patch_for(pod, plan)
     body["patched"] = bool(body["patch"])
-    if not plan.terms:
+    if not body["terms"]:
         body["reason"] = "no node with history scores above 1"
     return body
 

@@ -4,8 +4,9 @@ The old tool kept one table in its SQLite file, `key_node(id, podkey, nodename,
 count)`: one row per (segment key, node) pair with its count. It had no unique
 constraint, so repeated or concurrent runs left duplicate pairs, whose counts add
 up. Rows with no key, no node or no count, with a count that is not a positive
-whole number, or with a key that is not one label segment (`labels.is_valid_key`)
-can never score: they are left out and counted by reason.
+whole number, with a key that is not one label segment (`labels.is_valid_key`) or
+a node that is not a Kubernetes node name (`nodenames.is_valid_node_name`) can
+never score: they are left out and counted by reason.
 
 Counts are written through `history.corrections` (adjustment reason `imported`),
 so `audit_counts` stays clean, and each import is recorded as a HistoryImport
@@ -34,6 +35,7 @@ from history import corrections
 from history.exceptions import OldHistoryError
 from history.labels import is_valid_key
 from history.models import MAX_COUNT, CountAdjustment, HistoryImport, KeyNode
+from history.nodenames import is_valid_node_name
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +45,7 @@ OLD_COLUMNS = ("id", "podkey", "nodename", "count")
 DATABASE_SOURCE = f"{OLD_TABLE} table in ks-scheduler's own database"
 # The largest number a 64-bit integer column holds (HistoryImport.total).
 BIGINT_MAX = 2**63 - 1
-# The lengths of KeyNode.node and HistoryImport.source.
-NODE_MAX_LENGTH = 253
+# The length of HistoryImport.source.
 SOURCE_MAX_LENGTH = 1024
 # Serialises imports on PostgreSQL (several replicas run `migrate` at once); SQLite
 # serialises writers already.
@@ -54,7 +55,9 @@ ADVISORY_LOCK = 0x6B73_696D_706F_7274
 NO_KEY = "no key (NULL or empty)"
 BAD_KEY = "key is not one label segment ('-', other characters, or over 63)"
 NO_NODE = "no node (NULL or empty)"
-BAD_NODE = "node name is not text of at most 253 characters"
+BAD_NODE = (
+    "node is not a Kubernetes node name (lower-case DNS-1123 subdomain, at most 253)"
+)
 NO_COUNT = "no count (NULL)"
 BAD_COUNT = "count is not a whole number"
 NEGATIVE_COUNT = "negative count"
@@ -141,7 +144,7 @@ def _unusable(key: object, node: object, count: object) -> str | None:
         return BAD_KEY
     if node is None or node == "":
         return NO_NODE
-    if not isinstance(node, str) or len(node) > NODE_MAX_LENGTH:
+    if not is_valid_node_name(node):
         return BAD_NODE
     if count is None:
         return NO_COUNT

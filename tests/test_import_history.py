@@ -18,11 +18,12 @@ from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.audit import audit_counts
 from history.corrections import create_key_node
 from history.importing import (
-    NODE_MAX_LENGTH,
+    BAD_NODE,
     import_old_history,
     read_old_history_file,
 )
 from history.models import CountAdjustment, HistoryImport, KeyNode
+from history.nodenames import NODE_NAME_MAX_LENGTH
 from tests.helpers import REPO, database_env, place, run_concurrently
 
 pytestmark = pytest.mark.django_db
@@ -139,12 +140,26 @@ def test_unusable_rows_are_skipped_and_reported_by_reason(tmp_path):
 
 
 def test_node_names_up_to_the_column_length_are_kept(tmp_path):
-    assert NODE_MAX_LENGTH == KeyNode._meta.get_field("node").max_length
-    longest, too_long = "n" * NODE_MAX_LENGTH, "n" * (NODE_MAX_LENGTH + 1)
+    assert NODE_NAME_MAX_LENGTH == KeyNode._meta.get_field("node").max_length
+    longest, too_long = "n" * NODE_NAME_MAX_LENGTH, "n" * (NODE_NAME_MAX_LENGTH + 1)
     rows = [("java", longest, 2), ("java", too_long, 3)]
     output = run_import(old_tool_file(tmp_path / "scheduler.db", rows))
     assert counts() == {("java", longest): 2}
-    assert "  skipped 1: node name is not text of at most 253 characters\n" in output
+    assert f"  skipped 1: {BAD_NODE}\n" in output
+
+
+def test_node_names_kubernetes_would_reject_are_skipped_and_reported(tmp_path):
+    # The API server rejects a pod whose node-affinity term names such a node.
+    rows = [
+        ("gitlab", "Worker_7", 2),
+        ("gitlab", "Pinned.Node-UPPER", 3),
+        ("gitlab", "node-.7", 1),
+        ("gitlab", "ip-10-0-1-7.ec2.internal", 4),
+    ]
+    output = run_import(old_tool_file(tmp_path / "scheduler.db", rows))
+    assert counts() == {("gitlab", "ip-10-0-1-7.ec2.internal"): 4}
+    assert HistoryImport.objects.get().skipped_reasons == {BAD_NODE: 3}
+    assert f"  skipped 3: {BAD_NODE}\n" in output
 
 
 def test_the_old_file_is_opened_read_only_and_never_changed(tmp_path):
