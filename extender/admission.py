@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from extender.wire import label_value_problem
+
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -133,8 +135,11 @@ def pod_label(pod: dict, label: str) -> str | None:
     if not isinstance(labels, dict):
         raise PodShapeError("Pod metadata.labels is not an object")
     value = labels.get(label)
-    if value is not None and not isinstance(value, str):
-        raise PodShapeError(f"Pod label {label} is not a string")
+    if value is None:
+        return None
+    problem = label_value_problem(label, value)
+    if problem:
+        raise PodShapeError(problem)
     return value
 
 

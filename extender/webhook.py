@@ -34,7 +34,7 @@ from extender.admission import (
     pod_spec,
     preferred_term,
 )
-from extender.parsers import ORJSONParser
+from extender.parsers import ORJSONParser, read_unsized_body
 from extender.renderers import ExtenderContentNegotiation, ORJSONRenderer
 from extender.scoring.steering import (
     Plan,
@@ -53,6 +53,12 @@ logger = logging.getLogger(__name__)
 WARNING_PREFIX = "ks-scheduler: "
 # The pipeline pool is re-read at most this often: it changes as nodes come and go.
 POOL_SECONDS = 60.0
+# Steered pods one label may have in a worker's memory at once. Anyone who reaches
+# the web port can post reviews, and each remembered one counts as a running pod of
+# the label; the cap bounds what reviews alone can do to a label's scores to a
+# plausible fan-out (wider bursts spread over the warm nodes already, and
+# kube-scheduler's resource scoring spreads the rest).
+MAX_STEERED_PER_LABEL = 64
 
 
 class PipelinePool:
@@ -158,7 +164,7 @@ def answer_review(
                 f"{WARNING_PREFIX}no node preferences added: history unavailable"
             ],
         )
-    if not request.dry_run:
+    if not request.dry_run and sum(plan.steered.values()) < MAX_STEERED_PER_LABEL:
         remember_plan(plan, memory=memory, now=now)
     logger.debug(
         "Pod %s (label %r): %d preferred terms, heaviest on %s",
@@ -180,6 +186,12 @@ class WebhookMutateView(APIView):
     content_negotiation_class = ExtenderContentNegotiation
     throttle_classes = []
     http_method_names = ["post", "options"]
+
+    def initial(self, request, *args, **kwargs):
+        # The API server may send the review chunked (no Content-Length), which
+        # Django reads as empty: read it here, up to the parser's limit.
+        read_unsized_body(request._request, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        super().initial(request, *args, **kwargs)
 
     def post(self, request):
         started = time.perf_counter()

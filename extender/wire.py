@@ -45,6 +45,29 @@ def is_valid_label_value(value: str) -> bool:
     return len(value) <= LABEL_VALUE_MAX_LENGTH and bool(_LABEL_VALUE.fullmatch(value))
 
 
+def label_value_problem(label: str, value: object) -> str | None:
+    """Why `value` cannot be the value of the pod label `label`, or None.
+
+    The one check of a pipeline label value, for the extender (a 400) and the
+    webhook (a warning): a string, no NUL character, and a value the API server
+    admits (at most 63 characters, checked first, so a value of any size is judged
+    at once). Nothing is looked up for a refused value.
+    """
+    if not isinstance(value, str):
+        return f"Pod label {label!r} must be a string"
+    if has_nul(value):
+        return nul_message(f"Pod label {label!r}")
+    if not is_valid_label_value(value):
+        shown = value if len(value) <= 80 else f"{value[:40]}...{value[-20:]}"
+        return (
+            f"Pod label {label!r} is not a valid Kubernetes label value "
+            f"({len(value)} characters, {shown!r}): at most "
+            f"{LABEL_VALUE_MAX_LENGTH} characters, alphanumeric at both ends, "
+            "'-', '_' and '.' between"
+        )
+    return None
+
+
 def _field(data: dict, name: str):
     """Return data[name] the way Go matches struct fields: exact, then any case."""
     if name in data:
@@ -109,18 +132,9 @@ class ExtenderArgs:
         value = labels.get(label)
         if value is None:
             return None
-        if not isinstance(value, str):
-            raise ExtenderArgsError(f"Pod label {label!r} must be a string")
-        if value is not None and has_nul(value):
-            raise ExtenderArgsError(nul_message(f"Pod label {label!r}"))
-        if not is_valid_label_value(value):
-            shown = value if len(value) <= 80 else f"{value[:40]}...{value[-20:]}"
-            raise ExtenderArgsError(
-                f"Pod label {label!r} is not a valid Kubernetes label value "
-                f"({len(value)} characters, {shown!r}): at most "
-                f"{LABEL_VALUE_MAX_LENGTH} characters, alphanumeric at both ends, "
-                "'-', '_' and '.' between"
-            )
+        problem = label_value_problem(label, value)
+        if problem:
+            raise ExtenderArgsError(problem)
         return value
 
     def pod_ref(self) -> str:
