@@ -20,7 +20,7 @@ import hashlib
 import logging
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -45,6 +45,8 @@ OLD_COLUMNS = ("id", "podkey", "nodename", "count")
 DATABASE_SOURCE = f"{OLD_TABLE} table in ks-scheduler's own database"
 # The largest number a 64-bit integer column holds (HistoryImport.total).
 BIGINT_MAX = 2**63 - 1
+# Rows read from the old table at a time.
+FETCH_ROWS = 10_000
 # The length of HistoryImport.source.
 SOURCE_MAX_LENGTH = 1024
 # Serialises imports on PostgreSQL (several replicas run `migrate` at once); SQLite
@@ -205,6 +207,12 @@ def read_old_history_file(path: str | Path) -> OldHistory:
         database.close()
 
 
+def _fetched(cursor) -> Iterator[Sequence[object]]:
+    """The rows of an executed cursor, FETCH_ROWS at a time: never all at once."""
+    while rows := cursor.fetchmany(FETCH_ROWS):
+        yield from rows
+
+
 def has_old_table(*, using: str = DEFAULT_DB_ALIAS) -> bool:
     """True when ks-scheduler's own database holds the old tool's table."""
     with connections[using].cursor() as cursor:
@@ -219,8 +227,18 @@ def read_old_history_table(*, using: str = DEFAULT_DB_ALIAS) -> OldHistory:
     with database.cursor() as cursor:
         description = database.introspection.get_table_description(cursor, OLD_TABLE)
         _check_columns([column.name for column in description], DATABASE_SOURCE)
-        cursor.execute(f'SELECT podkey, nodename, "count" FROM {OLD_TABLE}')
-        return summarize_old_rows(cursor.fetchall())
+        columns = ("podkey", "nodename", '"count"')
+        if database.vendor == "sqlite":
+            # Django reads SQLite columns through converters chosen by the declared
+            # type: a `date` column holding text fails, a `timestamp` one turns
+            # numbers into NULL. An expression has no declared type, and unary +
+            # returns any SQLite value unchanged: the raw values, as in the file.
+            columns = tuple(f"+{column}" for column in columns)
+    # On PostgreSQL a server-side cursor (unless DISABLE_SERVER_SIDE_CURSORS), so
+    # the rows come FETCH_ROWS at a time there too.
+    with database.chunked_cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(columns)} FROM {OLD_TABLE}")
+        return summarize_old_rows(_fetched(cursor))
 
 
 def import_old_history(

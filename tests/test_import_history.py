@@ -528,3 +528,35 @@ def test_a_file_of_100000_rows_imports_exactly(tmp_path):
     assert CountAdjustment.objects.count() == len(expected)
     assert audit_counts() == (len(expected), [])
     assert "Already imported" in run_import(path)
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        "podkey DATE NULL, nodename VARCHAR(64) NULL, count INT(10) NULL",
+        "podkey VARCHAR(64) NULL, nodename VARCHAR(64) NULL, count DATE NULL",
+        "podkey VARCHAR(64) NULL, nodename VARCHAR(64) NULL, count TIMESTAMP NULL",
+    ],
+)
+def test_migrate_reads_the_old_table_as_raw_values_whatever_its_declared_types(
+    declared, caplog
+):
+    if connection.vendor != "sqlite":
+        pytest.skip("only SQLite keeps any value in a column of any declared type")
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE key_node(id INTEGER PRIMARY KEY, {declared})")
+        cursor.executemany(
+            'INSERT INTO key_node (podkey, nodename, "count") VALUES (%s, %s, %s)',
+            [("java", "node-1", 3), ("java", "node-2", "not a date"), ("x y", "n", 1)],
+        )
+    try:
+        caplog.set_level(logging.INFO, logger="history.importing")
+        call_command("migrate", verbosity=0)
+        assert counts() == {("java", "node-1"): 3}
+        assert HistoryImport.objects.get().skipped_reasons == {
+            "count is not a whole number": 1,
+            "key is not one label segment ('-', other characters, or over 63)": 1,
+        }
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS key_node")
