@@ -45,6 +45,8 @@ OLD_COLUMNS = ("id", "podkey", "nodename", "count")
 DATABASE_SOURCE = f"{OLD_TABLE} table in ks-scheduler's own database"
 # The largest number a 64-bit integer column holds (HistoryImport.total).
 BIGINT_MAX = 2**63 - 1
+# Seconds to wait for a lock another writer holds on the old file.
+SOURCE_LOCK_WAIT = 5.0
 # Rows read from the old table at a time.
 FETCH_ROWS = 10_000
 # The length of HistoryImport.source.
@@ -181,7 +183,7 @@ def read_old_history_file(path: str | Path) -> OldHistory:
     # mode=ro: SQLite opens the file read-only and never creates or changes it.
     uri = f"{file.resolve().as_uri()}?mode=ro"
     try:
-        database = sqlite3.connect(uri, uri=True)
+        database = sqlite3.connect(uri, uri=True, timeout=SOURCE_LOCK_WAIT)
     except sqlite3.Error as exc:
         raise OldHistoryError(f"{path}: cannot open it ({exc})") from exc
     try:
@@ -201,6 +203,13 @@ def read_old_history_file(path: str | Path) -> OldHistory:
         return summarize_old_rows(
             database.execute(f'SELECT podkey, nodename, "count" FROM "{table}"')
         )
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            raise OldHistoryError(f"{path}: cannot read it ({exc})") from exc
+        raise OldHistoryError(
+            f"{path}: locked by another writer for over {SOURCE_LOCK_WAIT:g} s "
+            f"({exc}); stop the old tool, or import a copy of the file"
+        ) from exc
     except sqlite3.DatabaseError as exc:
         raise OldHistoryError(f"{path}: not a SQLite database ({exc})") from exc
     finally:

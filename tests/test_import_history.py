@@ -560,3 +560,55 @@ def test_migrate_reads_the_old_table_as_raw_values_whatever_its_declared_types(
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS key_node")
+
+
+def test_names_holding_a_nul_character_are_skipped_on_both_databases(tmp_path):
+    # PostgreSQL text cannot hold NUL: such a row must never reach a query.
+    rows = [("java", "node-1\x00x", 3), ("ja\x00va", "node-1", 2), ("java", "n-2", 4)]
+    output = run_import(old_tool_file(tmp_path / "scheduler.db", rows))
+    assert counts() == {("java", "n-2"): 4}
+    assert f"  skipped 1: {BAD_NODE}\n" in output
+    assert "Imported (mode add): 1 pairs written" in output
+
+
+@pytest.mark.slow
+def test_a_source_file_locked_by_another_writer_is_reported_as_locked(tmp_path):
+    path = old_tool_file(tmp_path / "scheduler.db", [("java", "node-1", 3)])
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")  # as the old tool while it writes
+    try:
+        with pytest.raises(CommandError) as refused:
+            run_import(path)
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    message = str(refused.value)
+    assert "locked by another writer" in message
+    assert "not a SQLite database" not in message
+    assert not KeyNode.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_locked_database_is_a_clear_refusal_not_a_traceback(tmp_path):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's write lock")
+    path = old_tool_file(tmp_path / "scheduler.db", [("java", "node-1", 3)])
+    options = connection.settings_dict["OPTIONS"]
+    saved = options["timeout"]
+    options["timeout"] = 0.5
+    connection.close()
+    holder = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # as the watcher while it records a batch
+    try:
+        with pytest.raises(CommandError) as refused:
+            run_import(path)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        options["timeout"] = saved
+        connection.close()
+    assert str(refused.value).startswith(
+        "Refused: ks-scheduler's database is locked by another writer (waited 0.5 s"
+    )
+    assert not KeyNode.objects.exists()
+    assert not HistoryImport.objects.exists()
