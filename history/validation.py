@@ -11,6 +11,7 @@ on both databases.
 from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
 
+from django.http import QueryDict
 from django.utils.dateparse import parse_date, parse_datetime
 
 NUL = "\x00"
@@ -71,7 +72,7 @@ def is_instant_in_range(moment: datetime | date) -> bool:
     return EARLIEST <= moment <= LATEST
 
 
-def out_of_range_parameter(params: Mapping) -> str | None:
+def out_of_range_parameter(params: QueryDict) -> str | None:
     """The name of the first parameter that names a date outside EARLIEST..LATEST
     (an ISO date or date-time, or a `__year` of 1 or 9999), or None.
 

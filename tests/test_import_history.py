@@ -6,8 +6,10 @@ import logging
 import sqlite3
 import subprocess
 import sys
+import tracemalloc
 from io import StringIO
 
+import orjson
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -21,6 +23,7 @@ from history.importing import (
     BAD_NODE,
     import_old_history,
     read_old_history_file,
+    read_old_history_table,
 )
 from history.models import CountAdjustment, HistoryImport, KeyNode
 from history.nodenames import NODE_NAME_MAX_LENGTH
@@ -612,3 +615,57 @@ def test_a_write_locked_database_is_a_clear_refusal_not_a_traceback(tmp_path):
     )
     assert not KeyNode.objects.exists()
     assert not HistoryImport.objects.exists()
+
+
+# --- bounded memory and progress ------------------------------------------------------
+
+
+def test_the_hash_of_a_history_is_the_json_of_its_sorted_pairs(tmp_path):
+    # Hashed item by item; equal to the hash of the whole JSON, as recorded by
+    # earlier versions, so an import is still recognised after an upgrade.
+    history = read_old_history_file(old_tool_file(tmp_path / "old.db", WILD_ROWS))
+    whole = orjson.dumps(sorted(history.counts.items()))
+    assert history.sha256 == hashlib.sha256(whole).hexdigest()
+
+
+def peak_bytes(work):
+    tracemalloc.start()
+    try:
+        result = work()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.slow
+def test_migrate_reads_many_rows_of_few_pairs_in_bounded_memory(
+    old_table_in_our_database,
+):
+    rows = [("ci", f"node-{i % 100}", 1) for i in range(200_000)]
+    old_table_in_our_database(rows)
+    history, peak = peak_bytes(read_old_history_table)
+    assert (history.rows, history.pairs, history.total) == (200_000, 100, 200_000)
+    # The rows are never all held (200 000 rows take about 40 MB).
+    assert peak < 6 * 2**20
+
+
+@pytest.mark.slow
+def test_memory_grows_with_the_distinct_pairs_not_with_the_rows(tmp_path):
+    rows = [(f"key{i % 500}", f"node-{i // 500}", 1) for i in range(100_000)]
+    path = old_tool_file(tmp_path / "old.db", rows)
+    history, peak = peak_bytes(lambda: read_old_history_file(path))
+    assert history.pairs == 100_000
+    # A pair holds one tuple and one sum; its names are shared with other pairs.
+    assert peak / history.pairs < 200, peak / history.pairs
+
+
+def test_long_imports_report_progress(tmp_path, monkeypatch):
+    monkeypatch.setattr("history.importing.PROGRESS_ROWS", 4)
+    rows = [(f"k{i}", "node-1", 1) for i in range(10)]
+    output = run_import(old_tool_file(tmp_path / "old.db", rows))
+    lines = [line.split(": ", 1)[1] for line in output.splitlines() if " s: " in line]
+    assert lines == [
+        "read 4 rows, 4 pairs so far",
+        "read 8 rows, 8 pairs so far",
+        "wrote 10 of 10 pairs",
+    ]

@@ -48,8 +48,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, path, mode, dry_run, again, **options):
         started = time.monotonic()
+
+        def progress(text: str) -> None:
+            # Long imports (millions of rows) say how far they got as they go.
+            self.stdout.write(f"  {time.monotonic() - started:.0f} s: {text}")
+            self.stdout.flush()
+
         try:
-            history = read_old_history_file(path)
+            history = read_old_history_file(path, progress=progress)
         except OldHistoryError as exc:
             raise CommandError(f"Refused: {exc}. Nothing was written.") from exc
         self.stdout.write(
@@ -67,6 +73,7 @@ class Command(BaseCommand):
                 actor="import_history",
                 dry_run=dry_run,
                 again=again,
+                progress=progress,
             )
         except OperationalError as exc:
             if not is_write_lock_timeout(exc):
