@@ -14,6 +14,7 @@ export KSSCHED_BIND KSSCHED_EXTENDER_BIND
 browse = $(subst 0.0.0.0,localhost,$(subst [::],localhost,$(1)))
 
 .PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench bench-cluster soak clean
+.PHONY: pytest-pgbouncer
 .PHONY: outcomes-demo
 .PHONY: docker-build docker-push deploy-yaml screenshots demo manage
 
@@ -109,8 +110,21 @@ pytest-postgres: $(VENV)/.dev-installed
 	  echo "TEST_DATABASE_URL is not set: cannot run the PostgreSQL suite"; exit 1; fi
 	DATABASE_URL="$(TEST_DATABASE_URL)" $(PY) -m pytest
 
-# Under CI=true the PostgreSQL run is mandatory; locally it runs when
-# TEST_DATABASE_URL is set.
+# A representative part of the PostgreSQL suite through PgBouncer in transaction mode
+# (KSSCHED_PG_TRANSACTION_POOLER=true): PGBOUNCER_DATABASE_URL=postgres://user@host:port/db
+# (`source .ci/postgres.sh; start_postgres; start_pgbouncer` sets it). The test
+# database is made afresh (--create-db) and kept at the end (--reuse-db): PgBouncer
+# still holds server sessions to it then, so it could not be dropped.
+PGBOUNCER_TESTS ?= tests/test_pooler.py tests/test_api.py tests/test_outcomes.py \
+  tests/test_outcomes_admin.py tests/test_admin.py tests/test_extender.py
+pytest-pgbouncer: $(VENV)/.dev-installed
+	@if [ -z "$(PGBOUNCER_DATABASE_URL)" ]; then \
+	  echo "PGBOUNCER_DATABASE_URL is not set: cannot run the suite through PgBouncer"; exit 1; fi
+	DATABASE_URL="$(PGBOUNCER_DATABASE_URL)" KSSCHED_PG_TRANSACTION_POOLER=true \
+	  KSSCHED_TEST_POOLER=1 $(PY) -m pytest --create-db --reuse-db $(PGBOUNCER_TESTS)
+
+# Under CI=true the PostgreSQL and PgBouncer runs are mandatory; locally they run
+# when TEST_DATABASE_URL and PGBOUNCER_DATABASE_URL are set.
 test: lint checks typecheck pytest
 	@if [ -n "$(TEST_DATABASE_URL)" ]; then \
 	  $(MAKE) --no-print-directory pytest-postgres; \
@@ -119,6 +133,14 @@ test: lint checks typecheck pytest
 	  exit 1; \
 	else \
 	  echo "PostgreSQL suite skipped: set TEST_DATABASE_URL to run it"; \
+	fi
+	@if [ -n "$(PGBOUNCER_DATABASE_URL)" ]; then \
+	  $(MAKE) --no-print-directory pytest-pgbouncer; \
+	elif [ "$(CI)" = "true" ]; then \
+	  echo "CI=true but PGBOUNCER_DATABASE_URL is not set: the PgBouncer run may not be skipped"; \
+	  exit 1; \
+	else \
+	  echo "PgBouncer run skipped: set PGBOUNCER_DATABASE_URL to run it"; \
 	fi
 
 # Extender latency and throughput beside a bare orjson WSGI floor, both under the

@@ -26,3 +26,62 @@ stop_postgres() {
     rm -rf "$PG_DIR"
   fi
 }
+
+# PgBouncer in transaction mode in front of the server above (or of the one at
+# PGB_TARGET_PORT), as a deployment behind a transaction pooler has it. Any database
+# name is passed through (`*`), so pytest-django can create and use its test
+# database. Exports PGBOUNCER_DATABASE_URL (the database of TEST_DATABASE_URL, through
+# the pooler). PgBouncer refuses to run as root: it runs as the postgres user.
+# Usage: start_pgbouncer; ...; stop_pgbouncer
+start_pgbouncer() {
+  local target_port=${PGB_TARGET_PORT:-${PG_PORT:?start_postgres first, or set PGB_TARGET_PORT}}
+  local database=${PGB_DATABASE:-kssched}
+  PGB_PORT=${PGB_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+  PGB_DIR=$(mktemp -d /tmp/kssched-pgbouncer.XXXXXX)
+  printf '"postgres" ""\n' > "$PGB_DIR/userlist.txt"
+  cat > "$PGB_DIR/pgbouncer.ini" <<INI
+[databases]
+* = host=127.0.0.1 port=$target_port
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGB_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $PGB_DIR/userlist.txt
+pool_mode = transaction
+default_pool_size = 10
+max_client_conn = 200
+; Server sessions are handed out most recently used first (server_round_robin = 0),
+; the default, which the pooler tests rely on to reach another session.
+server_round_robin = 0
+; The test database is dropped and created again by each run.
+server_idle_timeout = 1
+logfile = $PGB_DIR/pgbouncer.log
+pidfile = $PGB_DIR/pgbouncer.pid
+admin_users = postgres
+INI
+  chown -R postgres: "$PGB_DIR"
+  runuser -u postgres -- pgbouncer -d "$PGB_DIR/pgbouncer.ini"
+  for _ in $(seq 50); do
+    if python3 -c "import socket; socket.create_connection(('127.0.0.1', $PGB_PORT), 1)" 2>/dev/null; then
+      break
+    fi
+    sleep 0.1
+  done
+  if ! python3 -c "import socket; socket.create_connection(('127.0.0.1', $PGB_PORT), 1)" 2>/dev/null; then
+    echo "PgBouncer did not start:" >&2
+    cat "$PGB_DIR/pgbouncer.log" >&2 || true
+    return 1
+  fi
+  export PGBOUNCER_DATABASE_URL="postgres://postgres@127.0.0.1:$PGB_PORT/$database"
+  echo "PgBouncer $(pgbouncer --version | awk 'NR == 1 {print $2}') (transaction mode) on 127.0.0.1:$PGB_PORT"
+}
+
+stop_pgbouncer() {
+  if [ -n "${PGB_DIR:-}" ]; then
+    if [ -f "$PGB_DIR/pgbouncer.pid" ]; then
+      kill "$(cat "$PGB_DIR/pgbouncer.pid")" 2>/dev/null || true
+    fi
+    rm -rf "$PGB_DIR"
+  fi
+}

@@ -8,9 +8,11 @@ the same pod reaches them (see the deploy notes).
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from rest_framework import exceptions
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
@@ -40,6 +42,8 @@ from kssched.metrics import (
 )
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class ExtenderView(APIView):
@@ -120,6 +124,39 @@ class ExtenderView(APIView):
             response.data = None
 
 
+class HistoryUnavailable(exceptions.APIException):
+    """The history could not be read (a 503 whose `Error` kube-scheduler logs)."""
+
+    status_code = 503
+    default_code = "history_unavailable"
+
+
+def read_history(read: Callable[[], T]) -> T:
+    """`read()`, tried once more on a new connection when the database session was
+    lost (a failover, a restart, `pg_terminate_backend`); HistoryUnavailable when
+    the history still cannot be read.
+
+    Only a read outside a transaction is tried again: nothing was written, and a
+    new connection sees the same history.
+    """
+    try:
+        return read()
+    except (OperationalError, InterfaceError) as exc:
+        if connection.in_atomic_block:
+            raise HistoryUnavailable(f"history unavailable: {exc}") from exc
+        logger.warning(
+            "Reading the history failed (%s); trying once more on a new connection",
+            str(exc).strip(),
+        )
+        connection.close()
+    except DatabaseError as exc:
+        raise HistoryUnavailable(f"history unavailable: {exc}") from exc
+    try:
+        return read()
+    except DatabaseError as exc:
+        raise HistoryUnavailable(f"history unavailable: {exc}") from exc
+
+
 class AlwaysTruePredicateView(ExtenderView):
     """Filter verb `predicates/alwaystrue`: every candidate node passes."""
 
@@ -140,7 +177,9 @@ class PipelinePriorityView(ExtenderView):
             args = parse_extender_args(request.data)
             nodes = unique_names(args.candidate_names())
             label = args.pod_label(settings.KSSCHED_PIPELINE_LABEL)
-            scores = get_strategy().score(label=label, nodes=nodes)
+            scores = read_history(
+                lambda: get_strategy().score(label=label, nodes=nodes)
+            )
         logger.debug(
             "Scored %d nodes for pod %s (label %r) in %.1f ms",
             len(nodes),
@@ -173,7 +212,9 @@ class ExplainView(ExtenderView):
         mode = request.query_params.get("mode") or "extender"
         if mode == "webhook":
             try:
-                return Response(explain_webhook(args.pod, strategy=name))
+                return Response(
+                    read_history(lambda: explain_webhook(args.pod, strategy=name))
+                )
             except PodShapeError as exc:
                 raise exceptions.ValidationError(exc.message) from None
         if mode != "extender":
@@ -182,7 +223,7 @@ class ExplainView(ExtenderView):
             )
         nodes = unique_names(args.candidate_names())
         label = args.pod_label(settings.KSSCHED_PIPELINE_LABEL)
-        rows = strategy.explain(label=label, nodes=nodes)
+        rows = read_history(lambda: strategy.explain(label=label, nodes=nodes))
         return Response({"strategy": strategy.name, "label": label, "nodes": rows})
 
 

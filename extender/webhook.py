@@ -34,7 +34,7 @@ from extender.admission import (
     pod_spec,
     preferred_term,
 )
-from extender.parsers import ORJSONParser
+from extender.parsers import ORJSONParser, read_unsized_body
 from extender.renderers import ExtenderContentNegotiation, ORJSONRenderer
 from extender.scoring.steering import (
     Plan,
@@ -45,11 +45,18 @@ from extender.scoring.steering import (
 )
 from extender.scoring.strategies import get_strategy
 from history.labels import split_pipeline_label
+from history.nodenames import is_valid_node_name
 from history.reader import history_reader
 
 logger = logging.getLogger(__name__)
 
 WARNING_PREFIX = "ks-scheduler: "
+# Steered pods one label may have in a worker's memory at once. Anyone who reaches
+# the web port can post reviews, and each remembered one counts as a running pod of
+# the label; the cap bounds what reviews alone can do to a label's scores to a
+# plausible fan-out (wider bursts spread over the warm nodes already, and
+# kube-scheduler's resource scoring spreads the rest).
+MAX_STEERED_PER_LABEL = 64
 
 
 def pod_decision(pod: dict) -> tuple[str | None, str]:
@@ -71,10 +78,20 @@ def pod_decision(pod: dict) -> tuple[str | None, str]:
     return label, "pipeline pod"
 
 
+def patch_terms(plan: Plan) -> list[dict]:
+    """The preferred terms for `plan`'s nodes, leaving out any stored node name the
+    API server would not accept (a row written before names were checked, see
+    `history.nodenames`): a pod given such a term is rejected."""
+    return [
+        preferred_term(term.node, term.weight)
+        for term in plan.terms
+        if is_valid_node_name(term.node)
+    ]
+
+
 def patch_for(pod: dict, plan: Plan) -> list[dict]:
     """The JSON Patch that adds `plan`'s terms to `pod` (empty without terms)."""
-    terms = [preferred_term(term.node, term.weight) for term in plan.terms]
-    return affinity_patch(pod, terms)
+    return affinity_patch(pod, patch_terms(plan))
 
 
 def answer_review(
@@ -114,7 +131,7 @@ def answer_review(
                 f"{WARNING_PREFIX}no node preferences added: history unavailable"
             ],
         )
-    if not request.dry_run:
+    if not request.dry_run and sum(plan.steered.values()) < MAX_STEERED_PER_LABEL:
         remember_plan(plan, memory=memory, now=now)
     logger.debug(
         "Pod %s (label %r): %d preferred terms, heaviest on %s",
@@ -136,6 +153,12 @@ class WebhookMutateView(APIView):
     content_negotiation_class = ExtenderContentNegotiation
     throttle_classes = []
     http_method_names = ["post", "options"]
+
+    def initial(self, request, *args, **kwargs):
+        # The API server may send the review chunked (no Content-Length), which
+        # Django reads as empty: read it here, up to the parser's limit.
+        read_unsized_body(request._request, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        super().initial(request, *args, **kwargs)
 
     def post(self, request):
         started = time.perf_counter()
@@ -210,7 +233,9 @@ def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
         node = row["node"]
         row["steered_pods"] = plan.steered.get(node, 0)
         row["weight"] = weights.get(node)
-        if node in weights:
+        if node in weights and not is_valid_node_name(node):
+            row["term"] = "none: not a Kubernetes node name (see manage.py check)"
+        elif node in weights:
             row["term"] = f"weight {weights[node]} from score {row['score']}"
         elif node in dropped:
             row["term"] = (
@@ -220,10 +245,10 @@ def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
             row["term"] = f"none: score {row['score']} (only scores above 1 get one)"
     body["nodes"] = rows
     body["pool"] = len(plan.nodes)
-    body["terms"] = [preferred_term(term.node, term.weight) for term in plan.terms]
+    body["terms"] = patch_terms(plan)
     body["patch"] = patch_for(pod, plan)
     body["patched"] = bool(body["patch"])
-    if not plan.terms:
+    if not body["terms"]:
         body["reason"] = "no node with history scores above 1"
     return body
 

@@ -12,7 +12,6 @@ request is checked in one pass without building a field object per node.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -29,21 +28,6 @@ class ExtenderArgsError(ValidationError):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
-
-
-# A Kubernetes label value: at most 63 characters, alphanumeric at both ends, with
-# `-`, `_` and `.` between (apimachinery's IsValidLabelValue). The API server admits
-# no other value, so anything else did not come from a real pod.
-LABEL_VALUE_MAX_LENGTH = 63
-_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-
-
-def is_valid_label_value(value: str) -> bool:
-    """True when `value` is a label value the Kubernetes API server accepts.
-
-    The length is checked first, so a value of any size is judged in constant time.
-    """
-    return len(value) <= LABEL_VALUE_MAX_LENGTH and bool(_LABEL_VALUE.fullmatch(value))
 
 
 def _field(data: dict, name: str):
@@ -110,16 +94,6 @@ class ExtenderArgs:
             raise ExtenderArgsError(exc.message) from None
         if value is None:
             return None
-        if has_nul(value):
-            raise ExtenderArgsError(nul_message(f"Pod label {label!r}"))
-        if not is_valid_label_value(value):
-            shown = value if len(value) <= 80 else f"{value[:40]}...{value[-20:]}"
-            raise ExtenderArgsError(
-                f"Pod label {label!r} is not a valid Kubernetes label value "
-                f"({len(value)} characters, {shown!r}): at most "
-                f"{LABEL_VALUE_MAX_LENGTH} characters, alphanumeric at both ends, "
-                "'-', '_' and '.' between"
-            )
         return value
 
     def pod_ref(self) -> str:

@@ -30,7 +30,12 @@ from history.models import (
     Placement,
 )
 from history.recency import weight_now
-from history.validation import nul_message, nul_parameter
+from history.validation import (
+    RANGE_TEXT,
+    nul_message,
+    nul_parameter,
+    out_of_range_parameter,
+)
 from history.writelock import run_write
 
 logger = logging.getLogger(__name__)
@@ -72,14 +77,23 @@ def refusal_page(
 
 
 def refuse_nul_parameters(request) -> TemplateResponse | None:
-    """A 400 page when a filter or search value holds a NUL character, else None."""
+    """A 400 page when a filter or search value holds a NUL character, or names a
+    date the database query could not be built for, else None."""
     name = nul_parameter(request.GET)
-    if name is None:
-        return None
+    if name is not None:
+        message = nul_message(f"The filter or search parameter {name!r}")
+    else:
+        name = out_of_range_parameter(request.GET)
+        if name is None:
+            return None
+        message = (
+            f"The filter parameter {name!r} names a date outside the range "
+            f"ks-scheduler can look up ({RANGE_TEXT}); nothing was looked up"
+        )
     return refusal_page(
         request,
         title="Filter refused",
-        message=nul_message(f"The filter or search parameter {name!r}"),
+        message=message,
         status=400,
         back_url=request.path,
         back_text="Show the page without filters",

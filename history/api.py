@@ -7,6 +7,7 @@ here writes. The extender routes are separate and unauthenticated.
 """
 
 import django_filters
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
@@ -23,7 +24,12 @@ from rest_framework.views import APIView
 from history import outcomes, queries
 from history.models import KeyNode, Placement
 from history.permissions import can_view_history
-from history.validation import nul_message, nul_parameter
+from history.validation import (
+    RANGE_TEXT,
+    is_instant_in_range,
+    nul_message,
+    nul_parameter,
+)
 
 
 class HistoryViewPermission(BasePermission):
@@ -123,6 +129,22 @@ class KeyNodeListView(HistoryAPIView):
         return rows
 
 
+class BoundedIsoDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 date-time within the range a query can be built for."""
+
+    def to_python(self, value):
+        moment = super().to_python(value)
+        if moment is not None and not is_instant_in_range(moment):
+            raise DjangoValidationError(
+                f"Enter a date-time {RANGE_TEXT}.", code="out_of_range"
+            )
+        return moment
+
+
+class BoundedIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = BoundedIsoDateTimeField
+
+
 class PlacementFilterSet(django_filters.FilterSet):
     key = django_filters.CharFilter(
         method="filter_key", help_text="A key: label contains it as a whole segment."
@@ -130,10 +152,10 @@ class PlacementFilterSet(django_filters.FilterSet):
     node = django_filters.CharFilter(field_name="node")
     namespace = django_filters.CharFilter(field_name="namespace")
     label = django_filters.CharFilter(field_name="label", help_text="Exact label.")
-    since = django_filters.IsoDateTimeFilter(
+    since = BoundedIsoDateTimeFilter(
         field_name="bound_at", lookup_expr="gte", help_text="Bound at or after."
     )
-    until = django_filters.IsoDateTimeFilter(
+    until = BoundedIsoDateTimeFilter(
         field_name="bound_at", lookup_expr="lt", help_text="Bound before."
     )
     active = django_filters.BooleanFilter(

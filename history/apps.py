@@ -9,6 +9,7 @@ class HistoryConfig(AppConfig):
 
     def ready(self):
         # Imported here: models can only be imported once the registry is ready.
+        from history import checks  # noqa: F401  (registers the system checks)
         from history.importing import after_migrate
         from history.reader import after_request
 

@@ -11,8 +11,10 @@ stored weight (the scoring caps a weight at its count).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from itertools import islice
+from typing import TypeVar
 
 import orjson
 from django.db import connection, transaction
@@ -21,6 +23,8 @@ from django.utils import timezone
 
 from history.ledger import add_counts_on_conflict
 from history.models import MAX_COUNT, CountAdjustment, KeyNode
+
+T = TypeVar("T")
 
 # Rows per statement in bulk corrections. The rows travel as one parameter per
 # column (an array on PostgreSQL, JSON on SQLite), so the statement's text stays
@@ -245,25 +249,39 @@ def halve_key_nodes(
     )
 
 
+def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """`items` in lists of at most `size`, taken as they come."""
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
 def add_key_node_counts(
     *,
     counts: Mapping[tuple[str, str], int],
     actor: str,
     reason: str,
     now: datetime | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> int:
     """Add counts to many (key, node) pairs at once, creating missing rows.
 
     Each count (> 0) counts as that many placements made at `now`, as an edit that
     raises a count does, and is recorded as one adjustment per pair; all in one
-    transaction. Returns the number of pairs changed.
+    transaction, written BULK_ROWS pairs at a time (`progress` is told how many
+    pairs are written after each). Returns the number of pairs changed.
     """
     now = now or timezone.now()
-    added = [(key, node, by) for (key, node), by in counts.items() if by > 0]
+    added = ((key, node, by) for (key, node), by in counts.items() if by > 0)
+    changed = 0
     with transaction.atomic():
-        _add_to_counts(added=added, now=now)
-        _record_adjustments(deltas=added, actor=actor, reason=reason, now=now)
-    return len(added)
+        for batch in _batches(added, BULK_ROWS):
+            _add_to_counts(added=batch, now=now)
+            _record_adjustments(deltas=batch, actor=actor, reason=reason, now=now)
+            changed += len(batch)
+            if progress is not None:
+                progress(changed)
+    return changed
 
 
 def set_key_node_counts(
@@ -272,28 +290,38 @@ def set_key_node_counts(
     actor: str,
     reason: str,
     now: datetime | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> int:
     """Set many (key, node) counts at once, creating missing rows.
 
     As for single edits, a raise counts as placements made at `now` and a cut keeps
     the stored weight; each change is recorded as one adjustment; all in one
     transaction, with the rows locked (PostgreSQL) or the write lock held (SQLite
-    IMMEDIATE) between the read and the relative update. Returns the number of
-    pairs changed.
+    IMMEDIATE) between the read and the relative update. Pairs are taken BULK_ROWS
+    at a time in key order (`progress` is told how many are done after each).
+    Returns the number of pairs changed.
     """
     now = now or timezone.now()
+    changed = done = 0
     with transaction.atomic():
-        current = _current_counts(keys={key for key, _ in counts})
-        deltas = [
-            (key, node, count - current.get((key, node), 0))
-            for (key, node), count in counts.items()
-        ]
-        raised = [delta for delta in deltas if delta[2] > 0]
-        cut = [delta for delta in deltas if delta[2] < 0]
-        _add_to_counts(added=raised, now=now)
-        _cut_counts(cut=cut, now=now)
-        _record_adjustments(deltas=raised + cut, actor=actor, reason=reason, now=now)
-    return len(raised) + len(cut)
+        for batch in _batches(sorted(counts), BULK_ROWS):
+            current = _current_counts(keys={key for key, _ in batch})
+            deltas = [
+                (key, node, counts[key, node] - current.get((key, node), 0))
+                for key, node in batch
+            ]
+            raised = [delta for delta in deltas if delta[2] > 0]
+            cut = [delta for delta in deltas if delta[2] < 0]
+            _add_to_counts(added=raised, now=now)
+            _cut_counts(cut=cut, now=now)
+            _record_adjustments(
+                deltas=raised + cut, actor=actor, reason=reason, now=now
+            )
+            changed += len(raised) + len(cut)
+            done += len(batch)
+            if progress is not None:
+                progress(done)
+    return changed
 
 
 def current_counts(*, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:

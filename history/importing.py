@@ -4,8 +4,9 @@ The old tool kept one table in its SQLite file, `key_node(id, podkey, nodename,
 count)`: one row per (segment key, node) pair with its count. It had no unique
 constraint, so repeated or concurrent runs left duplicate pairs, whose counts add
 up. Rows with no key, no node or no count, with a count that is not a positive
-whole number, or with a key that is not one label segment (`labels.is_valid_key`)
-can never score: they are left out and counted by reason.
+whole number, with a key that is not one label segment (`labels.is_valid_key`) or
+a node that is not a Kubernetes node name (`nodenames.is_valid_node_name`) can
+never score: they are left out and counted by reason.
 
 Counts are written through `history.corrections` (adjustment reason `imported`),
 so `audit_counts` stays clean, and each import is recorded as a HistoryImport
@@ -19,7 +20,7 @@ import hashlib
 import logging
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -34,6 +35,7 @@ from history import corrections
 from history.exceptions import OldHistoryError
 from history.labels import is_valid_key
 from history.models import MAX_COUNT, CountAdjustment, HistoryImport, KeyNode
+from history.nodenames import is_valid_node_name
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +45,13 @@ OLD_COLUMNS = ("id", "podkey", "nodename", "count")
 DATABASE_SOURCE = f"{OLD_TABLE} table in ks-scheduler's own database"
 # The largest number a 64-bit integer column holds (HistoryImport.total).
 BIGINT_MAX = 2**63 - 1
-# The lengths of KeyNode.node and HistoryImport.source.
-NODE_MAX_LENGTH = 253
+# Seconds to wait for a lock another writer holds on the old file.
+SOURCE_LOCK_WAIT = 5.0
+# Rows read from the old table at a time.
+FETCH_ROWS = 10_000
+# Rows, and pairs written, between two progress reports of a long import.
+PROGRESS_ROWS = 500_000
+# The length of HistoryImport.source.
 SOURCE_MAX_LENGTH = 1024
 # Serialises imports on PostgreSQL (several replicas run `migrate` at once); SQLite
 # serialises writers already.
@@ -54,7 +61,9 @@ ADVISORY_LOCK = 0x6B73_696D_706F_7274
 NO_KEY = "no key (NULL or empty)"
 BAD_KEY = "key is not one label segment ('-', other characters, or over 63)"
 NO_NODE = "no node (NULL or empty)"
-BAD_NODE = "node name is not text of at most 253 characters"
+BAD_NODE = (
+    "node is not a Kubernetes node name (lower-case DNS-1123 subdomain, at most 253)"
+)
 NO_COUNT = "no count (NULL)"
 BAD_COUNT = "count is not a whole number"
 NEGATIVE_COUNT = "negative count"
@@ -90,8 +99,18 @@ class OldHistory:
     @cached_property
     def sha256(self) -> str:
         """A hash of the summed pairs: equal for the same history, whatever the
-        row order, duplicates or skipped rows."""
-        return hashlib.sha256(orjson.dumps(sorted(self.counts.items()))).hexdigest()
+        row order, duplicates or skipped rows.
+
+        The SHA-256 of the JSON list of `[[key, node], count]` in pair order,
+        hashed item by item so that the JSON of millions of pairs is never held.
+        """
+        digest = hashlib.sha256(b"[")
+        for position, pair in enumerate(sorted(self.counts)):
+            if position:
+                digest.update(b",")
+            digest.update(orjson.dumps((pair, self.counts[pair])))
+        digest.update(b"]")
+        return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -108,26 +127,45 @@ class ImportOutcome:
     changed: int
 
 
-def summarize_old_rows(rows: Iterable[Sequence[object]]) -> OldHistory:
-    """Sum (podkey, nodename, count) rows per pair, leaving out unusable rows."""
+def summarize_old_rows(
+    read_rows: Callable[[], Iterable[Sequence[object]]],
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> OldHistory:
+    """Sum the (podkey, nodename, count) rows of `read_rows()` per pair, leaving out
+    unusable rows; `progress` is told every PROGRESS_ROWS rows how far it got.
+
+    Memory grows with the distinct usable pairs, not with the rows: rows are taken
+    as they come, each key and node name is held once however many rows repeat
+    it, and one sum is kept per pair. Only when a pair sums over MAX_COUNT (a
+    damaged file) is `read_rows()` called a second time, to count that pair's rows.
+    """
     history = OldHistory()
     counts: dict[tuple[str, str], int] = {}
-    rows_per_pair: Counter[tuple[str, str]] = Counter()
+    names: dict[str, str] = {}
     skipped: Counter[str] = Counter()
-    for key, node, count in rows:
+    for key, node, count in read_rows():
         history.rows += 1
         reason = _unusable(key, node, count)
         if reason:
             skipped[reason] += 1
-            continue
-        # _unusable proved the types.
-        pair = (cast(str, key), cast(str, node))
-        counts[pair] = counts.get(pair, 0) + cast(int, count)
-        rows_per_pair[pair] += 1
-    for pair, total in list(counts.items()):
-        if total > MAX_COUNT:
+        else:
+            # _unusable proved the types. Each row brings its own copy of the
+            # names: one copy of each is kept.
+            key = names.setdefault(cast(str, key), cast(str, key))
+            node = names.setdefault(cast(str, node), cast(str, node))
+            counts[key, node] = counts.get((key, node), 0) + cast(int, count)
+        if progress is not None and history.rows % PROGRESS_ROWS == 0:
+            progress(f"read {history.rows} rows, {len(counts)} pairs so far")
+    over = {pair for pair, total in counts.items() if total > MAX_COUNT}
+    if over:
+        for pair in over:
             del counts[pair]
-            skipped[TOO_LARGE] += rows_per_pair[pair]
+        skipped[TOO_LARGE] = sum(
+            1
+            for key, node, count in read_rows()
+            if _unusable(key, node, count) is None and (key, node) in over
+        )
     history.counts = counts
     history.skipped = dict(skipped.most_common())
     return history
@@ -141,7 +179,7 @@ def _unusable(key: object, node: object, count: object) -> str | None:
         return BAD_KEY
     if node is None or node == "":
         return NO_NODE
-    if not isinstance(node, str) or len(node) > NODE_MAX_LENGTH:
+    if not is_valid_node_name(node):
         return BAD_NODE
     if count is None:
         return NO_COUNT
@@ -164,7 +202,9 @@ def _check_columns(columns: Iterable[str], where: str) -> None:
         )
 
 
-def read_old_history_file(path: str | Path) -> OldHistory:
+def read_old_history_file(
+    path: str | Path, *, progress: Callable[[str], None] | None = None
+) -> OldHistory:
     """Read an old-tool SQLite file, read-only (it is never modified).
 
     Raises OldHistoryError when the file is missing, is not a SQLite database, has
@@ -176,7 +216,7 @@ def read_old_history_file(path: str | Path) -> OldHistory:
     # mode=ro: SQLite opens the file read-only and never creates or changes it.
     uri = f"{file.resolve().as_uri()}?mode=ro"
     try:
-        database = sqlite3.connect(uri, uri=True)
+        database = sqlite3.connect(uri, uri=True, timeout=SOURCE_LOCK_WAIT)
     except sqlite3.Error as exc:
         raise OldHistoryError(f"{path}: cannot open it ({exc})") from exc
     try:
@@ -194,8 +234,18 @@ def read_old_history_file(path: str | Path) -> OldHistory:
         columns = [row[1] for row in database.execute(f'PRAGMA table_info("{table}")')]
         _check_columns(columns, str(path))
         return summarize_old_rows(
-            database.execute(f'SELECT podkey, nodename, "count" FROM "{table}"')
+            lambda: database.execute(
+                f'SELECT podkey, nodename, "count" FROM "{table}"'
+            ),
+            progress=progress,
         )
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            raise OldHistoryError(f"{path}: cannot read it ({exc})") from exc
+        raise OldHistoryError(
+            f"{path}: locked by another writer for over {SOURCE_LOCK_WAIT:g} s "
+            f"({exc}); stop the old tool, or import a copy of the file"
+        ) from exc
     except sqlite3.DatabaseError as exc:
         raise OldHistoryError(f"{path}: not a SQLite database ({exc})") from exc
     finally:
@@ -208,7 +258,11 @@ def has_old_table(*, using: str = DEFAULT_DB_ALIAS) -> bool:
         return OLD_TABLE in connections[using].introspection.table_names(cursor)
 
 
-def read_old_history_table(*, using: str = DEFAULT_DB_ALIAS) -> OldHistory:
+def read_old_history_table(
+    *,
+    using: str = DEFAULT_DB_ALIAS,
+    progress: Callable[[str], None] | None = None,
+) -> OldHistory:
     """Read the old tool's table from ks-scheduler's own database (the same file
     when the old tool's DATA_PATH is kept). Raises OldHistoryError when its columns
     are not the old tool's."""
@@ -216,8 +270,24 @@ def read_old_history_table(*, using: str = DEFAULT_DB_ALIAS) -> OldHistory:
     with database.cursor() as cursor:
         description = database.introspection.get_table_description(cursor, OLD_TABLE)
         _check_columns([column.name for column in description], DATABASE_SOURCE)
-        cursor.execute(f'SELECT podkey, nodename, "count" FROM {OLD_TABLE}')
-        return summarize_old_rows(cursor.fetchall())
+        columns: tuple[str, ...] = ("podkey", "nodename", '"count"')
+        if database.vendor == "sqlite":
+            # Django reads SQLite columns through converters chosen by the declared
+            # type: a `date` column holding text fails, a `timestamp` one turns
+            # numbers into NULL. An expression has no declared type, and unary +
+            # returns any SQLite value unchanged: the raw values, as in the file.
+            columns = tuple(f"+{column}" for column in columns)
+    select = f"SELECT {', '.join(columns)} FROM {OLD_TABLE}"
+
+    def read_rows() -> Iterator[Sequence[object]]:
+        # On PostgreSQL a server-side cursor (unless DISABLE_SERVER_SIDE_CURSORS):
+        # the rows come FETCH_ROWS at a time there too.
+        with database.chunked_cursor() as cursor:
+            cursor.execute(select)
+            while rows := cursor.fetchmany(FETCH_ROWS):
+                yield from rows
+
+    return summarize_old_rows(read_rows, progress=progress)
 
 
 def import_old_history(
@@ -229,6 +299,7 @@ def import_old_history(
     dry_run: bool = False,
     again: bool = False,
     now: datetime | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ImportOutcome:
     """Write an old tool's history into KeyNode counts and record the import.
 
@@ -267,6 +338,7 @@ def import_old_history(
             actor=actor,
             reason=CountAdjustment.Reason.IMPORTED,
             now=now,
+            progress=_written(history.pairs, progress),
         )
         record = HistoryImport.objects.create(
             source=source[:SOURCE_MAX_LENGTH],
@@ -281,6 +353,23 @@ def import_old_history(
             actor=actor,
         )
     return ImportOutcome(record=record, previous=previous, changed=changed)
+
+
+def _written(
+    pairs: int, progress: Callable[[str], None] | None
+) -> Callable[[int], None] | None:
+    """A write's progress callback that tells `progress` every PROGRESS_ROWS pairs."""
+    if progress is None:
+        return None
+    told = 0
+
+    def tell(done: int) -> None:
+        nonlocal told
+        if done - told >= PROGRESS_ROWS or (done == pairs and told):
+            told = done
+            progress(f"wrote {done} of {pairs} pairs")
+
+    return tell
 
 
 def _would_change(history: OldHistory, mode: str) -> int:
@@ -312,13 +401,17 @@ def import_old_table_once(*, using: str = DEFAULT_DB_ALIAS) -> ImportOutcome | N
             done.pk,
         )
         return None
+
+    def progress(text: str) -> None:
+        logger.info("Importing the Go ks-scheduler's history: %s", text)
+
     try:
-        history = read_old_history_table(using=using)
+        history = read_old_history_table(using=using, progress=progress)
     except OldHistoryError as exc:
         logger.error("Did not import the Go ks-scheduler's history: %s", exc)
         return None
     outcome = import_old_history(
-        history=history, source=DATABASE_SOURCE, actor="migrate"
+        history=history, source=DATABASE_SOURCE, actor="migrate", progress=progress
     )
     if outcome.record is None:
         logger.info(

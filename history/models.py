@@ -11,6 +11,7 @@ from django.core.validators import MaxValueValidator
 from django.db import models
 
 from history.labels import KEY_RULE, is_valid_key
+from history.nodenames import NODE_NAME_RULE, is_valid_node_name
 
 # The largest count a person may write (admin forms, list edits). A billion pods of
 # one key on one node is beyond any real cluster, and it leaves the watcher's later
@@ -41,6 +42,23 @@ def validate_key(value: str) -> None:
     raise ValidationError(message, code="invalid_key", params={"value": repr(value)})
 
 
+def validate_node_name(value: str) -> None:
+    """Refuse a node name the Kubernetes API server would not accept.
+
+    The webhook copies stored node names into pods' node-affinity terms, and a pod
+    with an invalid name there is rejected (`history.nodenames`).
+    """
+    if is_valid_node_name(value):
+        return
+    raise ValidationError(
+        "%(value)s is not a Kubernetes node name: lower-case letters, digits, '-' "
+        "and '.', each dot-separated part starting and ending with a letter or "
+        "digit, at most 253 characters.",
+        code="invalid_node_name",
+        params={"value": repr(value)},
+    )
+
+
 class KeyNode(models.Model):
     """How often pods whose pipeline label contains `key` were placed on `node`.
 
@@ -51,7 +69,9 @@ class KeyNode(models.Model):
     key = models.CharField(
         max_length=253, validators=[validate_key], help_text=KEY_RULE
     )
-    node = models.CharField(max_length=253)
+    node = models.CharField(
+        max_length=253, validators=[validate_node_name], help_text=NODE_NAME_RULE
+    )
     count = models.PositiveBigIntegerField(
         default=0,
         validators=[
@@ -320,7 +340,9 @@ class NodePolicy(models.Model):
         BAN = "ban", "ban (never prefer)"
 
     key = models.CharField(max_length=253)
-    node = models.CharField(max_length=253)
+    node = models.CharField(
+        max_length=253, validators=[validate_node_name], help_text=NODE_NAME_RULE
+    )
     action = models.CharField(max_length=8, choices=Action.choices)
     note = models.CharField(max_length=253, blank=True)
     updated = models.DateTimeField(auto_now=True)

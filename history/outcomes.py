@@ -25,6 +25,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from history import queries
 from history.models import Placement
+from history.validation import RANGE_TEXT, is_instant_in_range
 
 WARMTHS: tuple[str, ...] = tuple(Placement.Warmth.values)
 # The default window: the admin index shows time saved over the same 30 days.
@@ -169,6 +170,8 @@ def parse_instant(text: str) -> datetime:
         moment = datetime(day.year, day.month, day.day)
     if timezone.is_naive(moment):
         moment = moment.replace(tzinfo=UTC)
+    if not is_instant_in_range(moment):
+        raise ValueError(f"{text!r} is outside the dates one can look up: {RANGE_TEXT}")
     return moment
 
 

@@ -90,6 +90,8 @@ _REASONS = {
     413: "body_too_large",
     415: "unsupported_media_type",
     500: "server_error",
+    # The extender's answer when the history cannot be read (extender.views).
+    503: "database_error",
 }
 
 

@@ -147,6 +147,14 @@ else:
     # Reuse connections between requests; the watcher closes stale ones itself.
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    # Behind a pooler in transaction mode (PgBouncer's pool_mode=transaction), each
+    # statement outside a transaction may run on another server session, so the
+    # server-side cursor QuerySet.iterator() declares in one statement and reads in
+    # the next is not there ("portal ... does not exist"). True: read those rows with
+    # ordinary cursors instead.
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
+        "KSSCHED_PG_TRANSACTION_POOLER", default=False
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -3,6 +3,7 @@ from django.urls import include, path
 
 from extender.admin_views import pipeline_view
 from kssched import health, metrics
+from kssched.login import AdminLoginForm
 
 admin.site.site_header = "ks-scheduler"
 admin.site.site_title = "ks-scheduler admin"
@@ -11,6 +12,9 @@ admin.site.index_title = "Pipeline history"
 admin.site.site_url = None
 # The app list in a side column leaves a change list too little room at 1280 px.
 admin.site.enable_nav_sidebar = False
+# Refuses usernames no account can have before they are authenticated (and recorded
+# by django-axes).
+admin.site.login_form = AdminLoginForm
 
 urlpatterns = [
     path("", include("extender.urls")),

@@ -112,6 +112,9 @@ def database_env() -> dict[str, str]:
         host = settings_dict.get("HOST") or "127.0.0.1"
         port = settings_dict.get("PORT") or 5432
         env["DATABASE_URL"] = f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
+        if settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+            # Through a transaction pooler, as the tests are (make pytest-pgbouncer).
+            env["KSSCHED_PG_TRANSACTION_POOLER"] = "true"
     return env
 
 

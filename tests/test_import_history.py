@@ -6,8 +6,10 @@ import logging
 import sqlite3
 import subprocess
 import sys
+import tracemalloc
 from io import StringIO
 
+import orjson
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -18,11 +20,13 @@ from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.audit import audit_counts
 from history.corrections import create_key_node
 from history.importing import (
-    NODE_MAX_LENGTH,
+    BAD_NODE,
     import_old_history,
     read_old_history_file,
+    read_old_history_table,
 )
 from history.models import CountAdjustment, HistoryImport, KeyNode
+from history.nodenames import NODE_NAME_MAX_LENGTH
 from tests.helpers import REPO, database_env, place, run_concurrently
 
 pytestmark = pytest.mark.django_db
@@ -139,12 +143,26 @@ def test_unusable_rows_are_skipped_and_reported_by_reason(tmp_path):
 
 
 def test_node_names_up_to_the_column_length_are_kept(tmp_path):
-    assert NODE_MAX_LENGTH == KeyNode._meta.get_field("node").max_length
-    longest, too_long = "n" * NODE_MAX_LENGTH, "n" * (NODE_MAX_LENGTH + 1)
+    assert NODE_NAME_MAX_LENGTH == KeyNode._meta.get_field("node").max_length
+    longest, too_long = "n" * NODE_NAME_MAX_LENGTH, "n" * (NODE_NAME_MAX_LENGTH + 1)
     rows = [("java", longest, 2), ("java", too_long, 3)]
     output = run_import(old_tool_file(tmp_path / "scheduler.db", rows))
     assert counts() == {("java", longest): 2}
-    assert "  skipped 1: node name is not text of at most 253 characters\n" in output
+    assert f"  skipped 1: {BAD_NODE}\n" in output
+
+
+def test_node_names_kubernetes_would_reject_are_skipped_and_reported(tmp_path):
+    # The API server rejects a pod whose node-affinity term names such a node.
+    rows = [
+        ("gitlab", "Worker_7", 2),
+        ("gitlab", "Pinned.Node-UPPER", 3),
+        ("gitlab", "node-.7", 1),
+        ("gitlab", "ip-10-0-1-7.ec2.internal", 4),
+    ]
+    output = run_import(old_tool_file(tmp_path / "scheduler.db", rows))
+    assert counts() == {("gitlab", "ip-10-0-1-7.ec2.internal"): 4}
+    assert HistoryImport.objects.get().skipped_reasons == {BAD_NODE: 3}
+    assert f"  skipped 3: {BAD_NODE}\n" in output
 
 
 def test_the_old_file_is_opened_read_only_and_never_changed(tmp_path):
@@ -513,3 +531,141 @@ def test_a_file_of_100000_rows_imports_exactly(tmp_path):
     assert CountAdjustment.objects.count() == len(expected)
     assert audit_counts() == (len(expected), [])
     assert "Already imported" in run_import(path)
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        "podkey DATE NULL, nodename VARCHAR(64) NULL, count INT(10) NULL",
+        "podkey VARCHAR(64) NULL, nodename VARCHAR(64) NULL, count DATE NULL",
+        "podkey VARCHAR(64) NULL, nodename VARCHAR(64) NULL, count TIMESTAMP NULL",
+    ],
+)
+def test_migrate_reads_the_old_table_as_raw_values_whatever_its_declared_types(
+    declared, caplog
+):
+    if connection.vendor != "sqlite":
+        pytest.skip("only SQLite keeps any value in a column of any declared type")
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE key_node(id INTEGER PRIMARY KEY, {declared})")
+        cursor.executemany(
+            'INSERT INTO key_node (podkey, nodename, "count") VALUES (%s, %s, %s)',
+            [("java", "node-1", 3), ("java", "node-2", "not a date"), ("x y", "n", 1)],
+        )
+    try:
+        caplog.set_level(logging.INFO, logger="history.importing")
+        call_command("migrate", verbosity=0)
+        assert counts() == {("java", "node-1"): 3}
+        assert HistoryImport.objects.get().skipped_reasons == {
+            "count is not a whole number": 1,
+            "key is not one label segment ('-', other characters, or over 63)": 1,
+        }
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS key_node")
+
+
+def test_names_holding_a_nul_character_are_skipped_on_both_databases(tmp_path):
+    # PostgreSQL text cannot hold NUL: such a row must never reach a query.
+    rows = [("java", "node-1\x00x", 3), ("ja\x00va", "node-1", 2), ("java", "n-2", 4)]
+    output = run_import(old_tool_file(tmp_path / "scheduler.db", rows))
+    assert counts() == {("java", "n-2"): 4}
+    assert f"  skipped 1: {BAD_NODE}\n" in output
+    assert "Imported (mode add): 1 pairs written" in output
+
+
+@pytest.mark.slow
+def test_a_source_file_locked_by_another_writer_is_reported_as_locked(tmp_path):
+    path = old_tool_file(tmp_path / "scheduler.db", [("java", "node-1", 3)])
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")  # as the old tool while it writes
+    try:
+        with pytest.raises(CommandError) as refused:
+            run_import(path)
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    message = str(refused.value)
+    assert "locked by another writer" in message
+    assert "not a SQLite database" not in message
+    assert not KeyNode.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_locked_database_is_a_clear_refusal_not_a_traceback(tmp_path):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's write lock")
+    path = old_tool_file(tmp_path / "scheduler.db", [("java", "node-1", 3)])
+    options = connection.settings_dict["OPTIONS"]
+    saved = options["timeout"]
+    options["timeout"] = 0.5
+    connection.close()
+    holder = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # as the watcher while it records a batch
+    try:
+        with pytest.raises(CommandError) as refused:
+            run_import(path)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        options["timeout"] = saved
+        connection.close()
+    assert str(refused.value).startswith(
+        "Refused: ks-scheduler's database is locked by another writer (waited 0.5 s"
+    )
+    assert not KeyNode.objects.exists()
+    assert not HistoryImport.objects.exists()
+
+
+# --- bounded memory and progress ------------------------------------------------------
+
+
+def test_the_hash_of_a_history_is_the_json_of_its_sorted_pairs(tmp_path):
+    # Hashed item by item; equal to the hash of the whole JSON, as recorded by
+    # earlier versions, so an import is still recognised after an upgrade.
+    history = read_old_history_file(old_tool_file(tmp_path / "old.db", WILD_ROWS))
+    whole = orjson.dumps(sorted(history.counts.items()))
+    assert history.sha256 == hashlib.sha256(whole).hexdigest()
+
+
+def peak_bytes(work):
+    tracemalloc.start()
+    try:
+        result = work()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.slow
+def test_migrate_reads_many_rows_of_few_pairs_in_bounded_memory(
+    old_table_in_our_database,
+):
+    rows = [("ci", f"node-{i % 100}", 1) for i in range(200_000)]
+    old_table_in_our_database(rows)
+    history, peak = peak_bytes(read_old_history_table)
+    assert (history.rows, history.pairs, history.total) == (200_000, 100, 200_000)
+    # The rows are never all held (200 000 rows take about 40 MB).
+    assert peak < 6 * 2**20
+
+
+@pytest.mark.slow
+def test_memory_grows_with_the_distinct_pairs_not_with_the_rows(tmp_path):
+    rows = [(f"key{i % 500}", f"node-{i // 500}", 1) for i in range(100_000)]
+    path = old_tool_file(tmp_path / "old.db", rows)
+    history, peak = peak_bytes(lambda: read_old_history_file(path))
+    assert history.pairs == 100_000
+    # A pair holds one tuple and one sum; its names are shared with other pairs.
+    assert peak / history.pairs < 200, peak / history.pairs
+
+
+def test_long_imports_report_progress(tmp_path, monkeypatch):
+    monkeypatch.setattr("history.importing.PROGRESS_ROWS", 4)
+    rows = [(f"k{i}", "node-1", 1) for i in range(10)]
+    output = run_import(old_tool_file(tmp_path / "old.db", rows))
+    lines = [line.split(": ", 1)[1] for line in output.splitlines() if " s: " in line]
+    assert lines == [
+        "read 4 rows, 4 pairs so far",
+        "read 8 rows, 8 pairs so far",
+        "wrote 10 of 10 pairs",
+    ]

@@ -271,7 +271,8 @@ def test_metrics_answer_with_database_up_zero_when_the_database_is_gone():
         assert {entry["Score"] for entry in json.loads(answer)} == {0}
         assert errors == 0
     else:
-        assert call_status == 500
+        assert call_status == 503
+        assert json.loads(answer)["Error"].startswith("history unavailable: ")
         assert errors == 1
 
 

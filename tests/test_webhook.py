@@ -306,7 +306,7 @@ def test_existing_affinity_and_tolerations_are_kept(client, history, name):
         (review(new_pod(), operation="UPDATE"), "not a create"),
         (review(new_pod(), kind="Deployment", group="apps"), "not a pod"),
         (review(new_pod(label=None)), "no pipeline label"),
-        (review(new_pod(label="--")), "no segment"),
+        (review(new_pod(label="")), "no segment"),
         (review(new_pod(nodeName="n1")), "node already named"),
         (review(new_pod(schedulerName="ks-scheduler")), "the extender scores it"),
         (review(new_pod(label="never-ran")), "no history"),

@@ -1,13 +1,15 @@
 """`import_history PATH`: import the Go ks-scheduler's history from its SQLite file.
 
 The file is opened read-only. Exit 0 after an import, a dry run or a second run on
-the same history (nothing written); exit 1 when the file is refused (not SQLite, no
-`key_node` table, other columns), with nothing written.
+the same history (nothing written); exit 1 when the file is refused (not SQLite,
+locked by another writer, no `key_node` table, other columns) or ks-scheduler's own
+SQLite database stayed write-locked, with nothing written.
 """
 
 import time
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import OperationalError
 
 from history.exceptions import OldHistoryError
 from history.importing import (
@@ -16,6 +18,7 @@ from history.importing import (
     read_old_history_file,
 )
 from history.models import HistoryImport
+from history.writelock import configured_busy_timeout, is_write_lock_timeout
 
 
 class Command(BaseCommand):
@@ -45,8 +48,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, path, mode, dry_run, again, **options):
         started = time.monotonic()
+
+        def progress(text: str) -> None:
+            # Long imports (millions of rows) say how far they got as they go.
+            self.stdout.write(f"  {time.monotonic() - started:.0f} s: {text}")
+            self.stdout.flush()
+
         try:
-            history = read_old_history_file(path)
+            history = read_old_history_file(path, progress=progress)
         except OldHistoryError as exc:
             raise CommandError(f"Refused: {exc}. Nothing was written.") from exc
         self.stdout.write(
@@ -56,14 +65,25 @@ class Command(BaseCommand):
         )
         for reason, rows in history.skipped.items():
             self.stdout.write(f"  skipped {rows}: {reason}")
-        outcome = import_old_history(
-            history=history,
-            source=str(path),
-            mode=mode,
-            actor="import_history",
-            dry_run=dry_run,
-            again=again,
-        )
+        try:
+            outcome = import_old_history(
+                history=history,
+                source=str(path),
+                mode=mode,
+                actor="import_history",
+                dry_run=dry_run,
+                again=again,
+                progress=progress,
+            )
+        except OperationalError as exc:
+            if not is_write_lock_timeout(exc):
+                raise
+            raise CommandError(
+                f"Refused: ks-scheduler's database is locked by another writer "
+                f"(waited {configured_busy_timeout():g} s, KSSCHED_SQLITE_TIMEOUT: "
+                f"{exc}). Nothing was written; run the import again when the "
+                f"watcher or the other writer lets go of it."
+            ) from exc
         seconds = time.monotonic() - started
         previous = outcome.previous
         if previous and not again:
