@@ -16,10 +16,12 @@ Starts ks-scheduler as deployed (`python -m kssched.serve`) on free loopback por
   calls one at a time, and `python -m kssched.probe` each second.
 - `tls`: the extender listener with client certificates required; `--held` clients
   connect and send nothing (no handshake, no certificate), reconnecting when closed;
-  meanwhile prioritize calls with a client certificate.
+  meanwhile prioritize calls with a client certificate (no probe: kssched.probe
+  speaks plain HTTP).
 - `throughput`: prioritize calls per second with `--clients` clients at once.
 
 Prints p50/p99/max of the calls, how many failed, and how many probes passed.
+`GUNICORN_CMD_ARGS` is passed on, to measure another worker class side by side.
 """
 
 import argparse
@@ -93,6 +95,9 @@ def start(workdir: Path, extra: dict[str, str]):
         "LOG_LEVEL": "WARNING",
         **extra,
     }
+    # Another worker class side by side, e.g. "--worker-class gthread --threads 4".
+    if os.environ.get("GUNICORN_CMD_ARGS"):
+        env["GUNICORN_CMD_ARGS"] = os.environ["GUNICORN_CMD_ARGS"]
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True
     )
@@ -253,7 +258,7 @@ def main(argv=None) -> int:
                     failed += 1
                 else:
                     values.append(seconds)
-                if time.monotonic() >= next_probe:
+                if options.mode != "tls" and time.monotonic() >= next_probe:
                     next_probe = time.monotonic() + 1
                     probes.append(probe(options, web, env, context))
         finally:
