@@ -4,16 +4,18 @@
 its own workers:
 
 - the web listener (`KSSCHED_LISTENER=web`, the default): admin, history API,
-  /metrics, probes and /version on `KSSCHED_BIND` (0.0.0.0:8080), sync workers;
+  /metrics, probes, /version and the webhook on `KSSCHED_BIND` (0.0.0.0:8080);
 - the extender listener (`KSSCHED_LISTENER=extender`): the `/scheduler/` routes
-  kube-scheduler calls, on `KSSCHED_EXTENDER_BIND` (127.0.0.1:8081, loopback only),
-  served by `kssched.workers.ExtenderWorker`, which reads request heads in its event
-  loop and drops a connection whose request has not arrived within
-  `KSSCHED_EXTENDER_READ_TIMEOUT` seconds (2).
+  kube-scheduler calls, on `KSSCHED_EXTENDER_BIND` (127.0.0.1:8081, loopback only).
 
-So a client that stalls on the pod port cannot hold the workers that answer
-kube-scheduler. `gunicorn -c kssched/gunicorn_conf.py kssched.wsgi` alone still serves
-the web listener (which answers the extender routes too, to loopback callers).
+Both are served by `kssched.workers.DeadlineWorker`, which runs TLS handshakes and
+reads requests in its event loop and drops a connection whose request has not
+arrived within the listener's read timeout (`KSSCHED_WEB_READ_TIMEOUT`, 10 s;
+`KSSCHED_EXTENDER_READ_TIMEOUT`, 2 s), so stalled clients hold no worker on either.
+The settings come from `kssched.config`.
+
+`gunicorn -c kssched/gunicorn_conf.py kssched.wsgi` alone still serves the web
+listener (which answers the extender routes too, to loopback callers).
 
 Workers answer `Connection: close`, so kube-scheduler never reuses a connection that
 gunicorn is about to close (a reused POST that fails is not retried by Go).

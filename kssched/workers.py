@@ -193,7 +193,7 @@ class DeadlineWorker(SyncWorker):
             util.write_error = write_json_error
         super().init_process()
 
-    def run(self):
+    def run(self) -> None:
         self.poller = select.epoll()
         self.pending: dict[int, _Pending] = {}
         self.listeners = {}
