@@ -42,8 +42,6 @@ if SETTINGS.tls_cert_file:
     if SETTINGS.tls_ca_file:
         ca_certs = SETTINGS.tls_ca_file
         cert_reqs = ssl.CERT_REQUIRED
-    # The worker runs the handshake in its event loop (kssched.workers).
-    do_handshake_on_connect = False
 
 
 def _is_loopback_bind(address: str) -> bool:

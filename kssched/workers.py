@@ -58,7 +58,9 @@ BODY_IN_LOOP = 1024 * 1024
 WARN_EVERY = 10.0
 
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]+)[ \t]*\r\n", re.I)
-_CHUNKED = re.compile(rb"\r\ntransfer-encoding:", re.I)
+# A chunked body, or a client waiting for `100 Continue` before its body: the
+# application reads the body (gunicorn answers the Expect).
+_APPLICATION_READS = re.compile(rb"\r\n(transfer-encoding|expect):", re.I)
 
 
 class ReadTimeout(NoMoreData):
@@ -139,7 +141,7 @@ class _Pending:
                 return len(self.data) >= HEAD_LIMIT
             head = self.data[: end + 2]
             length = _CONTENT_LENGTH.search(head)
-            if _CHUNKED.search(head) or not length:
+            if _APPLICATION_READS.search(head) or not length:
                 return True
             body = int(length.group(1))
             if body > BODY_IN_LOOP:
@@ -187,6 +189,7 @@ class DeadlineWorker(SyncWorker):
         self.listener_name = settings.listener
         self.read_timeout = settings.read_timeout
         self.warning = DropWarning(self.log)
+        self.served = False
         if self.listener_name == "extender":
             # gunicorn's error pages, as JSON for kube-scheduler (this process
             # serves only the extender listener).
@@ -256,14 +259,24 @@ class DeadlineWorker(SyncWorker):
             shaking = False
             if self.cfg.is_ssl:
                 try:
-                    client = sock.ssl_wrap_socket(client, self.cfg)
+                    # The handshake runs in _advance, never blocking the loop.
+                    client = sock.ssl_context(self.cfg).wrap_socket(
+                        client,
+                        server_side=True,
+                        do_handshake_on_connect=False,
+                        suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+                    )
                 except (OSError, ValueError):
                     util.close(client)
                     continue
                 shaking = True
             waiting = _Pending(client, listener, address, deadline, shaking)
-            # Usually the whole request is already there: serve it at once.
+            # Usually the whole request is already there: serve it at once, then
+            # let the kernel hand the next connection to whichever worker is idle.
+            self.served = False
             if self._advance(waiting, registered=False):
+                if self.served:
+                    return
                 continue
             if len(self.pending) >= self.cfg.worker_connections:
                 # Full: make room by dropping the connection that waited longest.
@@ -312,6 +325,7 @@ class DeadlineWorker(SyncWorker):
         if registered:
             self._forget(waiting)
         client.setblocking(True)
+        self.served = True
         self.handle(
             waiting.listener,
             DeadlineSocket(client, waiting.deadline, waiting.data),

