@@ -53,6 +53,9 @@ HEAD_LIMIT = 64 * 1024
 # are 181 KB); a larger one, or a chunked one, by the application, within the same
 # deadline.
 BODY_IN_LOOP = 1024 * 1024
+# At most this many bytes of unfinished requests wait in one worker's event loop;
+# past it, the connection that has waited longest is dropped (`too_many`).
+PENDING_BYTES = 64 * 1024 * 1024
 # At most one warning about dropped connections per this many seconds per worker;
 # the others are counted in it and in kssched_connections_dropped_total.
 WARN_EVERY = 10.0
@@ -199,6 +202,7 @@ class DeadlineWorker(SyncWorker):
     def run(self) -> None:
         self.poller = select.epoll()
         self.pending: dict[int, _Pending] = {}
+        self.pending_bytes = 0
         self.listeners = {}
         for listener in self.sockets:
             listener.setblocking(False)
@@ -283,6 +287,8 @@ class DeadlineWorker(SyncWorker):
                 oldest = min(self.pending.values(), key=lambda p: p.deadline)
                 self._drop(oldest, "too many connections waiting", "too_many")
             self.pending[client.fileno()] = waiting
+            self.pending_bytes += len(waiting.data)
+            self._bound_pending_bytes(keep=waiting)
             self.poller.register(client.fileno(), waiting.events)
 
     def _advance(self, waiting: _Pending, registered: bool = True) -> bool:
@@ -320,6 +326,9 @@ class DeadlineWorker(SyncWorker):
                 util.close(client)
                 return True
             waiting.data += data
+            if registered:
+                self.pending_bytes += len(data)
+                self._bound_pending_bytes(keep=waiting)
             if waiting.complete():
                 break
         if registered:
@@ -392,9 +401,18 @@ class DeadlineWorker(SyncWorker):
         if self.listener_name == "extender":
             count_error(path=None, reason="read_timeout")
 
+    def _bound_pending_bytes(self, keep: _Pending) -> None:
+        while self.pending_bytes > PENDING_BYTES and len(self.pending) > 1:
+            oldest = min(
+                (p for p in self.pending.values() if p is not keep),
+                key=lambda p: p.deadline,
+            )
+            self._drop(oldest, "too many bytes waiting", "too_many")
+
     def _forget(self, waiting: _Pending) -> None:
         fd = waiting.sock.fileno()
-        self.pending.pop(fd, None)
+        if self.pending.pop(fd, None) is not None:
+            self.pending_bytes -= len(waiting.data)
         try:
             self.poller.unregister(fd)
         except (OSError, ValueError):

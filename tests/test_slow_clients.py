@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from history.ledger import increment_key_nodes
-from kssched.workers import BODY_IN_LOOP, WARN_EVERY
+from kssched.workers import BODY_IN_LOOP, PENDING_BYTES, WARN_EVERY
 from tests.helpers import load_fixture, log_path, run_gunicorn, run_servers
 from tests.test_listeners import (
     PARTIAL,
@@ -323,3 +323,30 @@ def test_bodies_larger_than_the_event_loop_reads_are_served():
         )
         assert status == 200, answer[:200]
         assert len(orjson.loads(answer)) == len(names)
+
+
+def test_unfinished_requests_hold_a_bounded_memory():
+    """Each stalled body may hold up to BODY_IN_LOOP bytes in the event loop; past
+    PENDING_BYTES in all, the connection that has waited longest is dropped."""
+    prioritize = load_fixture("prioritize-nodenames.json")
+    head = (
+        f"POST {PRIORITIZE} HTTP/1.1\r\nHost: localhost\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {BODY_IN_LOOP}\r\n\r\n"
+    ).encode()
+    count = PENDING_BYTES // BODY_IN_LOOP + 4
+    env = {"KSSCHED_EXTENDER_READ_TIMEOUT": "20"}
+    with run_servers(env, web_workers=1, extender_workers=1) as (web, extender, _):
+        held = stall(extender, count, head + b" " * (BODY_IN_LOOP - 1))
+        try:
+            dropped = metric(
+                web,
+                "kssched_connections_dropped_total",
+                at_least=4,
+                listener="extender",
+                reason="too_many",
+            )
+            assert 4 <= dropped < count / 2
+            assert call(extender, "POST", PRIORITIZE, prioritize)[0] == 200
+        finally:
+            for sock in held:
+                sock.close()
