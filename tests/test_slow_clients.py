@@ -126,6 +126,22 @@ def test_idle_clients_on_the_tls_web_port_delay_no_review_nor_probe(pki):  # noq
     with run_gunicorn(tls_env(directory, with_ca=False), workers=3) as (url, _):
         port = port_of(url)
         assert tls_call("127.0.0.1", port, "GET", "/readyz", context=context)[0] == 200
+        # Every worker answers its first, slower request before the clock starts.
+        with ThreadPoolExecutor(6) as pool:
+            for _ in range(4):
+                warm = [
+                    pool.submit(
+                        tls_call,
+                        "127.0.0.1",
+                        port,
+                        "POST",
+                        "/webhook/mutate",
+                        body,
+                        context,
+                    )
+                    for _ in range(6)
+                ]
+                assert all(done.result()[0] == 200 for done in warm)
         # A ClientHello's first bytes (a TLS record header), then nothing.
         held = stall(url, 20, b"") + stall(url, 20, b"\x16\x03\x01\x02\x00\x01")
         try:
