@@ -4,51 +4,43 @@
 its own workers:
 
 - the web listener (`KSSCHED_LISTENER=web`, the default): admin, history API,
-  /metrics, probes and /version on `KSSCHED_BIND` (0.0.0.0:8080), sync workers;
+  /metrics, probes, /version and the webhook on `KSSCHED_BIND` (0.0.0.0:8080);
 - the extender listener (`KSSCHED_LISTENER=extender`): the `/scheduler/` routes
-  kube-scheduler calls, on `KSSCHED_EXTENDER_BIND` (127.0.0.1:8081, loopback only),
-  served by `kssched.workers.ExtenderWorker`, which reads request heads in its event
-  loop and drops a connection whose request has not arrived within
-  `KSSCHED_EXTENDER_READ_TIMEOUT` seconds (2).
+  kube-scheduler calls, on `KSSCHED_EXTENDER_BIND` (127.0.0.1:8081, loopback only).
 
-So a client that stalls on the pod port cannot hold the workers that answer
-kube-scheduler. `gunicorn -c kssched/gunicorn_conf.py kssched.wsgi` alone still serves
-the web listener (which answers the extender routes too, to loopback callers).
+Both are served by `kssched.workers.DeadlineWorker`, which runs TLS handshakes and
+reads requests in its event loop and drops a connection whose request has not
+arrived within the listener's read timeout (`KSSCHED_WEB_READ_TIMEOUT`, 10 s;
+`KSSCHED_EXTENDER_READ_TIMEOUT`, 2 s), so stalled clients hold no worker on either.
+The settings come from `kssched.config`.
+
+`gunicorn -c kssched/gunicorn_conf.py kssched.wsgi` alone still serves the web
+listener (which answers the extender routes too, to loopback callers).
 
 Workers answer `Connection: close`, so kube-scheduler never reuses a connection that
 gunicorn is about to close (a reused POST that fails is not retried by Go).
 """
 
-import contextlib
 import ipaddress
 import os
 import shutil
 import ssl
 import tempfile
 
+from kssched import config as kssched_config
 from kssched.serve import empty_metrics_directory
 
-LISTENER = os.environ.get("KSSCHED_LISTENER", "web")
-if LISTENER not in ("web", "extender"):
-    raise RuntimeError(
-        f"KSSCHED_LISTENER must be 'web' or 'extender', not {LISTENER!r}"
-    )
+SETTINGS = kssched_config.load()
+LISTENER = SETTINGS.listener
 
 # TLS, matching kube-scheduler's `enableHTTPS` + `tlsConfig` (certFile, keyFile,
 # caFile). With a CA, a client without a certificate signed by it fails the
 # handshake; the extender routes then also answer callers outside the pod.
-_tls_cert = os.environ.get("KSSCHED_TLS_CERT_FILE", "")
-_tls_key = os.environ.get("KSSCHED_TLS_KEY_FILE", "")
-_tls_ca = os.environ.get("KSSCHED_TLS_CA_FILE", "")
-if (_tls_key or _tls_ca) and not _tls_cert:
-    raise RuntimeError(
-        "KSSCHED_TLS_KEY_FILE and KSSCHED_TLS_CA_FILE need KSSCHED_TLS_CERT_FILE"
-    )
-if _tls_cert:
-    certfile = _tls_cert
-    keyfile = _tls_key or None
-    if _tls_ca:
-        ca_certs = _tls_ca
+if SETTINGS.tls_cert_file:
+    certfile = SETTINGS.tls_cert_file
+    keyfile = SETTINGS.tls_key_file or None
+    if SETTINGS.tls_ca_file:
+        ca_certs = SETTINGS.tls_ca_file
         cert_reqs = ssl.CERT_REQUIRED
 
 
@@ -64,28 +56,29 @@ def _is_loopback_bind(address: str) -> bool:
         return False
 
 
+# Both listeners: workers that read requests in an event loop with a deadline
+# (kssched.workers.DeadlineWorker), so stalled clients hold no worker.
+worker_class = "kssched.workers.DeadlineWorker"
 if LISTENER == "extender":
-    bind = os.environ.get("KSSCHED_EXTENDER_BIND", "127.0.0.1:8081")
+    bind = SETTINGS.extender_bind
     # Only kube-scheduler in the same pod may reach it, unless gunicorn verifies
     # client certificates.
-    if not _is_loopback_bind(bind) and not _tls_ca:
+    if not _is_loopback_bind(bind) and not SETTINGS.tls_ca_file:
         raise RuntimeError(
             f"KSSCHED_EXTENDER_BIND={bind} is not a loopback address: the extender "
             "listener is for kube-scheduler in the same pod (127.0.0.1:PORT), or "
             "needs TLS with client certificates (KSSCHED_TLS_CA_FILE)"
         )
-    worker_class = "kssched.workers.ExtenderWorker"
-    workers = int(os.environ.get("KSSCHED_EXTENDER_WORKERS", "2"))
+    workers = SETTINGS.extender_workers
 else:
-    bind = os.environ.get("KSSCHED_BIND", "0.0.0.0:8080")
-    worker_class = "sync"
-    workers = int(os.environ.get("WEB_CONCURRENCY", "3"))
+    bind = SETTINGS.bind
+    workers = SETTINGS.web_workers
 
 # A request that takes longer than this is a bug: kube-scheduler gives up after its
 # httpTimeout (3 s in deploy/) anyway.
-timeout = int(os.environ.get("KSSCHED_WORKER_TIMEOUT", "20"))
+timeout = SETTINGS.worker_timeout
 # Keep below the pod's terminationGracePeriodSeconds so in-flight requests finish.
-graceful_timeout = int(os.environ.get("KSSCHED_GRACEFUL_TIMEOUT", "20"))
+graceful_timeout = SETTINGS.graceful_timeout
 
 # No runtime control socket: two gunicorns would share its default path, and
 # nothing in ks-scheduler uses it.
@@ -97,7 +90,7 @@ max_requests = 0
 
 # Off unless KSSCHED_ACCESS_LOG=1 (the logger class makes `logconfig_dict` below,
 # which sets the format, respect that).
-accesslog = "-" if os.environ.get("KSSCHED_ACCESS_LOG", "") == "1" else None
+accesslog = "-" if SETTINGS.access_log else None
 logger_class = "kssched.workers.Logger"
 logconfig_dict = {
     "version": 1,
@@ -110,9 +103,7 @@ logconfig_dict = {
         "console": {
             "class": "logging.StreamHandler",
             "stream": "ext://sys.stdout",
-            "formatter": "json"
-            if os.environ.get("KSSCHED_LOG_FORMAT", "").lower() == "json"
-            else "generic",
+            "formatter": "json" if SETTINGS.log_format == "json" else "generic",
         },
     },
     "loggers": {
@@ -134,7 +125,7 @@ logconfig_dict = {
 # web listener adds up all of them. `python -m kssched.serve` prepares it for both;
 # a gunicorn started alone makes a private one when none is set.
 _private_metrics_dir = None
-if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+if not SETTINGS.metrics_dir:
     _private_metrics_dir = tempfile.mkdtemp(prefix="kssched-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = _private_metrics_dir
 
@@ -142,23 +133,19 @@ if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
 def on_starting(server):
     """Start with an empty metrics directory, unless kssched.serve has prepared it
     for both listeners (then the other one may already be writing there)."""
-    if os.environ.get("KSSCHED_METRICS_DIR_READY") != "1":
-        empty_metrics_directory(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    now = kssched_config.load()
+    if not now.metrics_dir_ready:
+        empty_metrics_directory(now.metrics_dir)
 
 
 def on_exit(server):
     if _private_metrics_dir:
         shutil.rmtree(_private_metrics_dir, ignore_errors=True)
-    if worker_class == "kssched.workers.ExtenderWorker":
-        from kssched.workers import acceptor_lock_path
-
-        with contextlib.suppress(OSError):
-            os.remove(acceptor_lock_path(server.pid))
 
 
 def child_exit(server, worker):
     """Drop a dead worker's live gauges from the multiprocess metrics."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if kssched_config.load().metrics_dir:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)

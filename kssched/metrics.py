@@ -16,7 +16,6 @@ scrape, and stay visible while the watcher is down.
 
 import hmac
 import logging
-import os
 from collections import Counter as _Tally
 from collections.abc import Callable, Sequence
 
@@ -34,9 +33,10 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-logger = logging.getLogger(__name__)
+from kssched import config
+from kssched.config import EXTENDER_PREFIX
 
-EXTENDER_PREFIX = "/scheduler/"
+logger = logging.getLogger(__name__)
 
 # From 0.5 ms (a warm prioritize of a few nodes) to 5 s (kube-scheduler's default
 # httpTimeout); anything slower is a timeout on the scheduler's side anyway.
@@ -78,6 +78,12 @@ ERRORS = Counter(
     "kssched_extender_errors",
     "Extender requests not answered with 200, by verb and reason.",
     ["verb", "reason"],
+)
+DROPPED = Counter(
+    "kssched_connections_dropped",
+    "Connections closed before their request was served, by listener and reason "
+    "(read_timeout, tls_handshake, too_many).",
+    ["listener", "reason"],
 )
 
 _REASONS = {
@@ -191,6 +197,11 @@ def count_extender_error(path: str | None, reason: str) -> None:
     """Count a call that gunicorn answered itself (a malformed head, a request that
     outlived the worker timeout) or a connection dropped before its request came."""
     _child(ERRORS, verb_for_path(path), reason).inc()
+
+
+def count_dropped_connection(listener: str, reason: str) -> None:
+    """Count a connection a worker closed before it had a request to serve."""
+    DROPPED.labels(listener, reason).inc()
 
 
 def _error_reason(status: int, exception: BaseException | None) -> str:
@@ -320,7 +331,7 @@ _history_registry.register(HistoryCollector())
 
 def _process_registry():
     """The registry holding this process's metrics, or all workers' in multiprocess."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if config.load().metrics_dir:
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()

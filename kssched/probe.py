@@ -7,13 +7,18 @@ listener kube-scheduler depends on, from inside the container. Standard library 
 so it starts in a few tens of milliseconds.
 """
 
-import os
 import sys
 import urllib.request
 
+from kssched import config
+
 
 def main(argv: list[str]) -> int:
-    bind = os.environ.get("KSSCHED_EXTENDER_BIND", "127.0.0.1:8081")
+    try:
+        bind = config.load().extender_bind
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     url = argv[0] if argv else f"http://{bind}/healthz"
     try:
         with urllib.request.urlopen(url, timeout=2) as response:

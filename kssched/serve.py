@@ -27,27 +27,31 @@ import tempfile
 import time
 from pathlib import Path
 
+from kssched import config
+
 CONFIG = Path(__file__).resolve().with_name("gunicorn_conf.py")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
 
 
 def urls(env: dict[str, str]) -> dict[str, str]:
     """The base URL of each listener, from the bind addresses in `env`."""
-    web = env.get("KSSCHED_BIND", "0.0.0.0:8080")
-    extender = env.get("KSSCHED_EXTENDER_BIND", "127.0.0.1:8081")
-    return {"web": f"http://{web}", "extender": f"http://{extender}/scheduler"}
+    settings = config.load(env)
+    return {
+        "web": f"http://{settings.bind}",
+        "extender": f"http://{settings.extender_bind}{config.EXTENDER_PREFIX[:-1]}",
+    }
 
 
 def prepare_metrics_directory(env: dict[str, str]) -> str | None:
     """Give both listeners one empty PROMETHEUS_MULTIPROC_DIR; return the path of
     a temporary one made here (to remove at exit), else None."""
     made = None
-    path = env.get("PROMETHEUS_MULTIPROC_DIR")
+    path = config.load(env).metrics_dir
     if not path:
         made = path = tempfile.mkdtemp(prefix="kssched-metrics-")
         env["PROMETHEUS_MULTIPROC_DIR"] = path
     empty_metrics_directory(path)
-    env["KSSCHED_METRICS_DIR_READY"] = "1"
+    env[config.METRICS_DIR_READY] = "1"
     return made
 
 

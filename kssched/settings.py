@@ -11,7 +11,7 @@ from pathlib import Path
 
 import environ
 
-from kssched import __version__
+from kssched import __version__, config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -208,9 +208,14 @@ SILENCED_SYSTEM_CHECKS = env.list("KSSCHED_SILENCED_CHECKS", default=["security.
 # TLS served by gunicorn itself (read by kssched/gunicorn_conf.py too). With a CA,
 # gunicorn requires client certificates signed by it, and the extender routes then
 # also answer callers outside the pod (kube-scheduler's enableHTTPS + tlsConfig).
-KSSCHED_TLS_CERT_FILE = env.str("KSSCHED_TLS_CERT_FILE", default="")
-KSSCHED_TLS_KEY_FILE = env.str("KSSCHED_TLS_KEY_FILE", default="")
-KSSCHED_TLS_CA_FILE = env.str("KSSCHED_TLS_CA_FILE", default="")
+# The settings the processes outside Django read too come from kssched.config.
+try:
+    KSSCHED_SERVER = config.load()
+except ValueError as exc:
+    raise environ.ImproperlyConfigured(str(exc)) from None
+KSSCHED_TLS_CERT_FILE = KSSCHED_SERVER.tls_cert_file
+KSSCHED_TLS_KEY_FILE = KSSCHED_SERVER.tls_key_file
+KSSCHED_TLS_CA_FILE = KSSCHED_SERVER.tls_ca_file
 # /metrics is open (the NetworkPolicy limits who reaches port 8080); with a token
 # set, scrapes need `Authorization: Bearer <token>`.
 KSSCHED_METRICS_TOKEN = env.str("KSSCHED_METRICS_TOKEN", default="")
@@ -302,8 +307,8 @@ KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=16 * 1024 * 1
 # Which listener this process serves (set by `python -m kssched.serve`): "web" (the
 # pod port) or "extender" (loopback, the /scheduler/ routes, /healthz and /version
 # only).
-KSSCHED_LISTENER = env.str("KSSCHED_LISTENER", default="web")
-KSSCHED_EXTENDER_BIND = env.str("KSSCHED_EXTENDER_BIND", default="127.0.0.1:8081")
+KSSCHED_LISTENER = KSSCHED_SERVER.listener
+KSSCHED_EXTENDER_BIND = KSSCHED_SERVER.extender_bind
 
 # --- Webhook mode (POST /webhook/mutate) ----------------------------------------------
 # At most this many warm nodes are named in the preferred node affinity of one pod.
@@ -348,11 +353,7 @@ KSSCHED_LEASE_RETRY_PERIOD = env.float("KSSCHED_LEASE_RETRY_PERIOD", default=2.0
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
 # text: human-readable lines; json: one JSON object per line for log collectors.
-KSSCHED_LOG_FORMAT = env.str("KSSCHED_LOG_FORMAT", default="text").lower()
-if KSSCHED_LOG_FORMAT not in ("text", "json"):
-    raise environ.ImproperlyConfigured(
-        f"KSSCHED_LOG_FORMAT must be 'text' or 'json', not {KSSCHED_LOG_FORMAT!r}."
-    )
+KSSCHED_LOG_FORMAT = KSSCHED_SERVER.log_format
 LOGGING_CONFIG = "kssched.logformat.configure"
 LOGGING = {
     "version": 1,

@@ -13,7 +13,7 @@ from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
 
-EXTENDER_PREFIX = "/scheduler/"
+from kssched.config import EXTENDER_PREFIX
 
 
 def _skip_on_extender_routes(middleware_class: type[Any]) -> type[Any]:

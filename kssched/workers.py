@@ -1,36 +1,37 @@
-"""gunicorn parts for the two listeners: the extender's worker, and the logger.
+"""gunicorn parts for both listeners: the worker, and the logger.
 
-`ExtenderWorker` serves the scheduler-facing listener (`KSSCHED_EXTENDER_BIND`). A
-plain sync worker reads a request with blocking calls and no deadline, so a client
-that sends half a request line and stalls holds the worker until the worker timeout
-(20 s): three such clients stalled kube-scheduler's calls for 20 s and more. This
-worker instead reads every request head in its event loop, several connections at
-once, and runs the application only for a connection whose head is complete; the
-rest of the request (the body) must arrive before the same deadline. A connection
-that has not sent its whole request within `KSSCHED_EXTENDER_READ_TIMEOUT` seconds of
-being accepted is closed and counted as `read_timeout`. So a stalled client never
-holds a worker while it has sent only part of its head, and at most the read timeout
-while it stalls its body.
+`DeadlineWorker` serves both listeners. A plain sync worker reads a request with
+blocking calls and no deadline, so a client that connects and sends nothing, half a
+head, half a body, or no TLS handshake holds the worker until the worker timeout:
+three such clients stopped every webhook call and probe on the pod port. This worker
+instead accepts, runs the TLS handshake, and reads the request head and body (up to
+BODY_IN_LOOP bytes) in its event loop, many connections at once, and runs the
+application only for a connection whose request has arrived. A connection that has
+not sent its whole request within the read timeout of its listener
+(`KSSCHED_EXTENDER_READ_TIMEOUT`, `KSSCHED_WEB_READ_TIMEOUT`), counted from accept,
+is closed and counted in `kssched_connections_dropped_total`. A body larger than
+BODY_IN_LOOP, or chunked, is read by the application within the same deadline.
+
+The workers of one listener watch it with EPOLLEXCLUSIVE: the kernel wakes one idle
+worker per new connection, not all of them, and never one that is busy.
 
 gunicorn's own error answers (400/414/431 for a malformed head, 500 when a request
-outlives the worker timeout) are HTML; on this listener they are short JSON
+outlives the worker timeout) are HTML; on the extender listener they are short JSON
 `{"Error": ...}` bodies instead, since kube-scheduler logs whatever it receives, and
 each one is counted in `kssched_extender_errors_total`.
 """
 
 import errno
-import fcntl
 import json
 import logging
-import mmap
 import os
-import selectors
+import re
+import select
 import socket
-import struct
-import tempfile
+import ssl
 import time
 
-from gunicorn import glogging, util
+from gunicorn import glogging, http, sock, util
 from gunicorn.http.errors import (
     ConfigurationProblem,
     InvalidResponseHeader,
@@ -40,25 +41,29 @@ from gunicorn.http.errors import (
 )
 from gunicorn.workers.sync import SyncWorker
 
+from kssched import config
+
 logger = logging.getLogger("kssched.workers")
 
-# The head of a request is read in pieces of this size; a head that has not ended
-# after HEAD_LIMIT bytes is handed to gunicorn, which answers 431 or 400 for it.
-_READ_SIZE = 16 * 1024
+# The request is read in pieces of this size; a head that has not ended after
+# HEAD_LIMIT bytes is handed to gunicorn, which answers 431 or 400 for it.
+_READ_SIZE = 64 * 1024
 HEAD_LIMIT = 64 * 1024
+# A Content-Length body up to this size is read in the event loop (5000 node names
+# are 181 KB); a larger one, or a chunked one, by the application, within the same
+# deadline.
+BODY_IN_LOOP = 1024 * 1024
+# At most this many bytes of unfinished requests wait in one worker's event loop;
+# past it, the connection that has waited longest is dropped (`too_many`).
+PENDING_BYTES = 64 * 1024 * 1024
+# At most one warning about dropped connections per this many seconds per worker;
+# the others are counted in it and in kssched_connections_dropped_total.
+WARN_EVERY = 10.0
 
-# One worker, the acceptor, watches the listener; the others (standbys) join it only
-# once its current request has taken longer than STANDBY_AFTER seconds, and look at
-# that every STANDBY_POLL seconds. kube-scheduler calls one at a time, so with every
-# worker on the listener each call woke them all, and the ones that lost the accept
-# took the CPU the call needed (see `ExtenderWorker`).
-STANDBY_AFTER = 0.025
-STANDBY_POLL = 0.025
-
-# When the acceptor's current request started (monotonic seconds, 0 when it is idle),
-# shared by the workers this gunicorn master forks: mapped before the fork.
-_BUSY_SINCE = mmap.mmap(-1, 8)
-_BUSY = struct.Struct("d")
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]+)[ \t]*\r\n", re.I)
+# A chunked body, or a client waiting for `100 Continue` before its body: the
+# application reads the body (gunicorn answers the Expect).
+_APPLICATION_READS = re.compile(rb"\r\n(transfer-encoding|expect):", re.I)
 
 
 class ReadTimeout(NoMoreData):
@@ -105,120 +110,140 @@ class DeadlineSocket:
 
 
 class _Pending:
-    """A connection whose request head is still arriving."""
+    """A connection whose request is still arriving."""
 
-    __slots__ = ("listener", "address", "deadline", "head")
+    __slots__ = (
+        "sock",
+        "listener",
+        "address",
+        "deadline",
+        "data",
+        "shaking",
+        "need",
+        "events",
+    )
 
-    def __init__(self, listener, address, deadline: float):
+    def __init__(self, sock, listener, address, deadline: float, shaking: bool):
+        self.sock = sock
         self.listener = listener
         self.address = address
         self.deadline = deadline
-        self.head = b""
+        self.data = b""
+        # True while the TLS handshake runs.
+        self.shaking = shaking
+        # The length of the whole request, once its head has arrived.
+        self.need: int | None = None
+        # What to wait for next: EPOLLIN, or EPOLLOUT while TLS must write.
+        self.events = select.EPOLLIN
+
+    def complete(self) -> bool:
+        """Whether enough has arrived to hand the request to the application."""
+        if self.need is None:
+            end = self.data.find(b"\r\n\r\n")
+            if end < 0:
+                return len(self.data) >= HEAD_LIMIT
+            head = self.data[: end + 2]
+            length = _CONTENT_LENGTH.search(head)
+            if _APPLICATION_READS.search(head) or not length:
+                return True
+            body = int(length.group(1))
+            if body > BODY_IN_LOOP:
+                return True
+            self.need = end + 4 + body
+        return len(self.data) >= self.need
 
 
-class ExtenderWorker(SyncWorker):
-    """A sync worker that reads request heads in its event loop, with a deadline.
+class DropWarning:
+    """Warns about dropped connections at most once per `every` seconds, with how
+    many were dropped since the last warning."""
 
-    Of the workers of one master, the one that holds a lock on a file (released by
-    the kernel if it dies) is the acceptor and watches the listener; a standby
-    watches it too only while the acceptor is busy with a request for longer than
-    STANDBY_AFTER (a slow body, a slow database), so a call never waits behind
-    another for long, and an idle standby is not woken by every connection.
-    """
+    def __init__(self, log, every: float = WARN_EVERY):
+        self.log = log
+        self.every = every
+        self.last = float("-inf")
+        self.suppressed = 0
+
+    def dropped(self, address: str, size: int, why: str) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every:
+            self.suppressed += 1
+            return
+        more = (
+            f" ({self.suppressed} more in the last {now - self.last:.0f} s)"
+            if self.suppressed
+            else ""
+        )
+        self.log.warning(
+            "Dropped a connection from %s after %d bytes: %s%s",
+            address,
+            size,
+            why,
+            more,
+        )
+        self.last, self.suppressed = now, 0
+
+
+class DeadlineWorker(SyncWorker):
+    """A sync worker that accepts, handshakes and reads requests in its event loop,
+    with a deadline, and runs the application one request at a time."""
 
     def init_process(self):
-        self.read_timeout = float(os.environ.get("KSSCHED_EXTENDER_READ_TIMEOUT", "2"))
-        # gunicorn's error pages, as JSON for kube-scheduler (this process serves
-        # only the extender listener).
-        util.write_error = write_json_error
+        settings = config.load()
+        self.listener_name = settings.listener
+        self.read_timeout = settings.read_timeout
+        self.warning = DropWarning(self.log)
+        self.served = False
+        if self.listener_name == "extender":
+            # gunicorn's error pages, as JSON for kube-scheduler (this process
+            # serves only the extender listener).
+            util.write_error = write_json_error
         super().init_process()
 
-    def run(self):
-        self.selector = selectors.DefaultSelector()
-        self.pending: dict[socket.socket, _Pending] = {}
+    def run(self) -> None:
+        self.poller = select.epoll()
+        self.pending: dict[int, _Pending] = {}
+        self.pending_bytes = 0
+        self.listeners = {}
         for listener in self.sockets:
             listener.setblocking(False)
-        self.selector.register(self.PIPE[0], selectors.EVENT_READ, "wakeup")
-        self.listening = False
-        self.acceptor = False
-        self.role_lock = self._open_role_lock()
+            self.listeners[listener.fileno()] = listener
+            self.poller.register(
+                listener.fileno(), select.EPOLLIN | select.EPOLLEXCLUSIVE
+            )
+        self.poller.register(self.PIPE[0], select.EPOLLIN)
         try:
             while self.alive:
                 self.notify()
-                self._take_role()
                 self._wait_and_serve()
                 self._drop_expired()
                 if not self.is_parent_alive():
                     break
         finally:
-            for client in list(self.pending):
-                self._forget(client)
-                util.close(client)
-            self.selector.close()
-
-    def _open_role_lock(self):
-        """This worker's own handle on the master's acceptor lock file, or None when
-        the file cannot be made (then every worker watches the listener)."""
-        try:
-            return open(acceptor_lock_path(self.ppid), "a")  # noqa: SIM115 - held for the worker's life
-        except OSError as exc:
-            self.log.warning("No acceptor lock (%s): every worker accepts", exc)
-            return None
-
-    def _take_role(self):
-        """Become the acceptor if the lock is free; watch the listener if acceptor,
-        or if the acceptor has been busy for longer than STANDBY_AFTER."""
-        if not self.acceptor:
-            if self.role_lock is None:
-                self.acceptor = True
-            else:
-                try:
-                    fcntl.flock(self.role_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    self.acceptor = True
-                    _set_busy(0.0)
-                except BlockingIOError:
-                    pass
-        listen = self.acceptor
-        if not listen:
-            since = _busy_since()
-            listen = bool(since) and time.monotonic() - since > STANDBY_AFTER
-        if listen != self.listening:
-            for listener in self.sockets:
-                if listen:
-                    self.selector.register(listener, selectors.EVENT_READ, "listener")
-                else:
-                    self.selector.unregister(listener)
-            self.listening = listen
-
-    def handle(self, listener, client, addr):
-        if self.acceptor and self.role_lock is not None:
-            _set_busy(time.monotonic())
-            try:
-                super().handle(listener, client, addr)
-            finally:
-                _set_busy(0.0)
-        else:
-            super().handle(listener, client, addr)
+            for waiting in list(self.pending.values()):
+                self._forget(waiting)
+                util.close(waiting.sock)
+            self.poller.close()
 
     def _wait_and_serve(self):
-        timeout = 1.0 if self.acceptor else STANDBY_POLL
+        timeout = 1.0
         if self.pending:
             first = min(p.deadline for p in self.pending.values())
             timeout = max(0.0, min(timeout, first - time.monotonic()))
         try:
-            events = self.selector.select(timeout)
+            events = self.poller.poll(timeout)
         except InterruptedError:
             return
-        for key, _ in events:
-            if key.data == "wakeup":
+        for fd, _ in events:
+            if fd == self.PIPE[0]:
                 try:
-                    os.read(self.PIPE[0], 1)
+                    while os.read(self.PIPE[0], 64):
+                        pass
                 except BlockingIOError:
                     pass
-            elif key.data == "listener":
-                self._accept_all(key.fileobj)
-            else:
-                self._read_head(key.fileobj)
+            elif fd in self.listeners:
+                self._accept_all(self.listeners[fd])
+            elif fd in self.pending:
+                self._advance(self.pending[fd])
             if not self.alive:
                 return
 
@@ -233,84 +258,171 @@ class ExtenderWorker(SyncWorker):
                     return
                 raise
             util.close_on_exec(client)
-            deadline = time.monotonic() + self.read_timeout
-            if self.cfg.is_ssl:
-                # The head is encrypted: the TLS layer reads it in handle(), with the
-                # read timeout applied to each read instead of to the whole request.
-                client.setblocking(True)
-                client.settimeout(self.read_timeout)
-                self.handle(listener, client, address)
-                continue
             client.setblocking(False)
-            waiting = _Pending(listener, address, deadline)
-            # Usually the whole request is already there: serve it at once.
-            if self._advance(client, waiting):
+            deadline = time.monotonic() + self.read_timeout
+            shaking = False
+            if self.cfg.is_ssl:
+                try:
+                    # The handshake runs in _advance, never blocking the loop.
+                    client = sock.ssl_context(self.cfg).wrap_socket(
+                        client,
+                        server_side=True,
+                        do_handshake_on_connect=False,
+                        suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+                    )
+                except (OSError, ValueError):
+                    util.close(client)
+                    continue
+                shaking = True
+            waiting = _Pending(client, listener, address, deadline, shaking)
+            # Usually the whole request is already there: serve it at once, then
+            # let the kernel hand the next connection to whichever worker is idle.
+            self.served = False
+            if self._advance(waiting, registered=False):
+                if self.served:
+                    return
                 continue
             if len(self.pending) >= self.cfg.worker_connections:
                 # Full: make room by dropping the connection that waited longest.
-                oldest = min(self.pending, key=lambda c: self.pending[c].deadline)
-                self._drop(oldest, "too many connections waiting")
-            self.pending[client] = waiting
-            self.selector.register(client, selectors.EVENT_READ, "client")
+                oldest = min(self.pending.values(), key=lambda p: p.deadline)
+                self._drop(oldest, "too many connections waiting", "too_many")
+            self.pending[client.fileno()] = waiting
+            self.pending_bytes += len(waiting.data)
+            self._bound_pending_bytes(keep=waiting)
+            self.poller.register(client.fileno(), waiting.events)
 
-    def _read_head(self, client):
-        self._advance(client, self.pending[client])
-
-    def _advance(self, client, waiting: _Pending) -> bool:
-        """Read what has arrived of the request head; serve the request once its
-        head is complete. Return True when done with the connection."""
-        try:
-            data = client.recv(_READ_SIZE)
-        except BlockingIOError:
-            return False
-        except OSError:
-            data = b""
-        if not data:
-            # Closed before a whole request came: nothing to answer.
-            self._forget_if_pending(client)
-            util.close(client)
-            return True
-        waiting.head += data
-        if b"\r\n\r\n" not in waiting.head and len(waiting.head) < HEAD_LIMIT:
-            return False
-        self._forget_if_pending(client)
+    def _advance(self, waiting: _Pending, registered: bool = True) -> bool:
+        """Handshake, then read what has arrived of the request; serve it once it is
+        complete. Return True when done with the connection."""
+        client = waiting.sock
+        if waiting.shaking:
+            try:
+                client.do_handshake()
+            except ssl.SSLWantReadError:
+                return self._rearm(waiting, registered, write=False)
+            except ssl.SSLWantWriteError:
+                return self._rearm(waiting, registered, write=True)
+            except (ssl.SSLError, OSError) as exc:
+                self.log.debug("TLS handshake failed: %s", exc)
+                if registered:
+                    self._forget(waiting)
+                util.close(client)
+                _count_drop(self.listener_name, "tls_handshake")
+                return True
+            waiting.shaking = False
+        while True:
+            try:
+                data = client.recv(_READ_SIZE)
+            except (BlockingIOError, ssl.SSLWantReadError):
+                return self._rearm(waiting, registered, write=False)
+            except ssl.SSLWantWriteError:
+                return self._rearm(waiting, registered, write=True)
+            except OSError:
+                data = b""
+            if not data:
+                # Closed before a whole request came: nothing to answer.
+                if registered:
+                    self._forget(waiting)
+                util.close(client)
+                return True
+            waiting.data += data
+            if registered:
+                self.pending_bytes += len(data)
+                self._bound_pending_bytes(keep=waiting)
+            if waiting.complete():
+                break
+        if registered:
+            self._forget(waiting)
         client.setblocking(True)
+        self.served = True
         self.handle(
             waiting.listener,
-            DeadlineSocket(client, waiting.deadline, waiting.head),
+            DeadlineSocket(client, waiting.deadline, waiting.data),
             waiting.address,
         )
         self.notify()
         return True
 
+    def _rearm(self, waiting: _Pending, registered: bool, *, write: bool) -> bool:
+        events = select.EPOLLOUT if write else select.EPOLLIN
+        if registered and events != waiting.events:
+            self.poller.modify(waiting.sock.fileno(), events)
+        waiting.events = events
+        return False
+
+    def handle(self, listener, client, addr):
+        """gunicorn's SyncWorker.handle, for a socket this worker has already
+        wrapped in TLS and read from."""
+        req = None
+        try:
+            parser = http.get_parser(self.cfg, client, addr)
+            req = next(parser)
+            self.handle_request(listener, req, client, addr)
+        except http.errors.NoMoreData as e:
+            self.log.debug("Ignored premature client disconnection. %s", e)
+            if isinstance(e, ReadTimeout):
+                _count_drop(self.listener_name, "read_timeout")
+        except StopIteration as e:
+            self.log.debug("Closing connection. %s", e)
+        except ssl.SSLError as e:
+            if e.args[0] == ssl.SSL_ERROR_EOF:
+                self.log.debug("ssl connection closed")
+                client.close()
+            else:
+                self.log.debug("Error processing SSL request.")
+                self.handle_error(req, client, addr, e)
+        except OSError as e:
+            if e.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                self.log.exception("Socket error processing request.")
+            else:
+                self.log.debug("Ignoring %s", e)
+        except BaseException as e:
+            self.handle_error(req, client, addr, e)
+        finally:
+            util.close_graceful(client)
+
     def _drop_expired(self):
         now = time.monotonic()
-        for client, waiting in list(self.pending.items()):
+        for waiting in list(self.pending.values()):
             if waiting.deadline <= now:
-                self._drop(client, f"no complete request within {self.read_timeout} s")
+                why = "TLS handshake" if waiting.shaking else "request"
+                self._drop(
+                    waiting,
+                    f"no complete {why} within {self.read_timeout} s",
+                    "read_timeout",
+                )
 
-    def _drop(self, client, why: str):
-        waiting = self._forget(client)
-        util.close(client)
+    def _drop(self, waiting: _Pending, why: str, reason: str):
+        self._forget(waiting)
+        util.close(waiting.sock)
         address = waiting.address[0] if waiting.address else "unknown"
-        self.log.warning(
-            "Dropped a connection from %s after %d bytes: %s",
-            address,
-            len(waiting.head),
-            why,
-        )
-        count_error(path=None, reason="read_timeout")
+        self.warning.dropped(address, len(waiting.data), why)
+        _count_drop(self.listener_name, reason)
+        if self.listener_name == "extender":
+            count_error(path=None, reason="read_timeout")
 
-    def _forget(self, client) -> _Pending:
-        self.selector.unregister(client)
-        return self.pending.pop(client)
+    def _bound_pending_bytes(self, keep: _Pending) -> None:
+        while self.pending_bytes > PENDING_BYTES and len(self.pending) > 1:
+            oldest = min(
+                (p for p in self.pending.values() if p is not keep),
+                key=lambda p: p.deadline,
+            )
+            self._drop(oldest, "too many bytes waiting", "too_many")
 
-    def _forget_if_pending(self, client) -> None:
-        if client in self.pending:
-            self._forget(client)
+    def _forget(self, waiting: _Pending) -> None:
+        fd = waiting.sock.fileno()
+        if self.pending.pop(fd, None) is not None:
+            self.pending_bytes -= len(waiting.data)
+        try:
+            self.poller.unregister(fd)
+        except (OSError, ValueError):
+            pass
 
     def handle_error(self, req, client, addr, exc):
         """gunicorn's own error answers, counted as extender errors."""
+        if self.listener_name != "extender":
+            super().handle_error(req, client, addr, exc)
+            return
         if isinstance(exc, SystemExit):
             reason = "worker_timeout"
         elif type(exc).__name__ in _GUNICORN_REASONS:
@@ -326,6 +438,16 @@ class ExtenderWorker(SyncWorker):
         super().handle_error(req, client, addr, exc)
 
 
+def _count_drop(listener: str, reason: str) -> None:
+    """Count a connection closed before its request was served, never failing."""
+    try:
+        from kssched.metrics import count_dropped_connection
+
+        count_dropped_connection(listener, reason)
+    except Exception:
+        logger.exception("Could not count a dropped connection (%s)", reason)
+
+
 _GUNICORN_REASONS = {
     "LimitRequestLine": "uri_too_long",
     "LimitRequestHeaders": "header_fields_too_large",
@@ -334,20 +456,6 @@ _GUNICORN_REASONS = {
     "SSLError": "forbidden",
     "ExpectationFailed": "expectation_failed",
 }
-
-
-def acceptor_lock_path(master_pid: int) -> str:
-    """The lock file whose holder is the acceptor among one master's workers; the
-    master removes it when it exits (`kssched.gunicorn_conf.on_exit`)."""
-    return os.path.join(tempfile.gettempdir(), f"kssched-acceptor-{master_pid}.lock")
-
-
-def _busy_since() -> float:
-    return _BUSY.unpack_from(_BUSY_SINCE)[0]
-
-
-def _set_busy(since: float) -> None:
-    _BUSY.pack_into(_BUSY_SINCE, 0, since)
 
 
 def count_error(*, path: str | None, reason: str) -> None:
