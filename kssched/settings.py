@@ -323,6 +323,20 @@ KSSCHED_WATCH_NODES = env.bool("KSSCHED_WATCH_NODES", default=True)
 # Webhook mode: the cluster's default scheduler places pipeline pods, so count pods
 # with the pipeline label whatever their spec.schedulerName.
 KSSCHED_WATCH_ANY_SCHEDULER = env.bool("KSSCHED_WATCH_ANY_SCHEDULER", default=False)
+# An events.k8s.io Event on each pipeline pod the watcher records (reason
+# WarmPlacement, PartialPlacement or ColdPlacement), at most PER_SECOND a second with
+# bursts of BURST; the rest are dropped and counted.
+KSSCHED_PLACEMENT_EVENTS = env.bool("KSSCHED_PLACEMENT_EVENTS", default=True)
+KSSCHED_PLACEMENT_EVENTS_PER_SECOND = env.float(
+    "KSSCHED_PLACEMENT_EVENTS_PER_SECOND", default=5.0
+)
+KSSCHED_PLACEMENT_EVENTS_BURST = env.int("KSSCHED_PLACEMENT_EVENTS_BURST", default=20)
+if KSSCHED_PLACEMENT_EVENTS_PER_SECOND <= 0 or KSSCHED_PLACEMENT_EVENTS_BURST < 1:
+    raise environ.ImproperlyConfigured(
+        "KSSCHED_PLACEMENT_EVENTS_PER_SECOND must be above 0 and "
+        "KSSCHED_PLACEMENT_EVENTS_BURST at least 1 (KSSCHED_PLACEMENT_EVENTS=false "
+        "turns the Events off)."
+    )
 KSSCHED_LEASE_NAME = env.str("KSSCHED_LEASE_NAME", default="ks-scheduler-watcher")
 KSSCHED_LEASE_DURATION = env.float("KSSCHED_LEASE_DURATION", default=15.0)
 KSSCHED_LEASE_RENEW_DEADLINE = env.float("KSSCHED_LEASE_RENEW_DEADLINE", default=10.0)
