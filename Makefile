@@ -53,7 +53,30 @@ $(SECRET_FILE):
 	@chmod 600 $@
 	@echo "Wrote $@ (read by $(PY) manage.py)."
 
+# Before serving: a listener's address already in use stops `make run` at once, naming
+# the variable that moves it (gunicorn would retry five times, then fail with no hint).
+# SO_REUSEADDR as gunicorn binds: a port left in TIME_WAIT is free.
+define PORT_CHECK
+import socket, sys
+for name, address in zip(("KSSCHED_BIND", "KSSCHED_EXTENDER_BIND"), sys.argv[1:]):
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((host, int(port)))
+        except OSError as exc:
+            other = f"[{host}]" if family == socket.AF_INET6 else host
+            sys.exit(
+                f"make run: {address} is in use ({exc.strerror}): set {name} to a free "
+                f"address, e.g. make run {name}={other}:{int(port) + 10}"
+            )
+endef
+export PORT_CHECK
+
 run: $(VENV)/.installed $(SECRET_FILE)
+	@$(PY) -c "$$PORT_CHECK" "$(KSSCHED_BIND)" "$(KSSCHED_EXTENDER_BIND)"
 	@$(MAKE) --no-print-directory -s .env
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py migrate --noinput
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py collectstatic --noinput --verbosity 0
@@ -63,6 +86,9 @@ run: $(VENV)/.installed $(SECRET_FILE)
 	@echo "  extender (kube-scheduler's urlPrefix): http://$(KSSCHED_EXTENDER_BIND)/scheduler"
 	@echo "Create an admin user for http://$(call browse,$(KSSCHED_BIND))/admin/ with:"
 	@echo "  $(PY) manage.py createsuperuser"
+	@echo "or without prompts:"
+	@echo "  DJANGO_SUPERUSER_USERNAME=admin DJANGO_SUPERUSER_EMAIL=admin@example.com \\"
+	@echo "  DJANGO_SUPERUSER_PASSWORD='a long password' $(PY) manage.py createsuperuser --noinput"
 	@echo
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" exec $(PY) -m kssched.serve
 

@@ -36,7 +36,8 @@ ADMIN_PASSWORD = "a-long-readme-pass-42"
 # How each interactive or long-running command is driven; the rest run to completion.
 INTERACTIVE = {
     "createsuperuser": [
-        ("Username", "admin"),
+        # Not the non-interactive line's "admin": both lines run in one checkout.
+        ("Username", "alice"),
         ("Email address", "admin@example.com"),
         ("Password:", ADMIN_PASSWORD),
         ("Password (again)", ADMIN_PASSWORD),
@@ -192,7 +193,7 @@ def test_readme_manage_commands_run_as_printed(checkout, cluster):
     first = sorted(commands, key=lambda c: order.get(subcommand(c[1]), 2))
     for exports, line in first:
         name = subcommand(line)
-        if name in INTERACTIVE:
+        if name in INTERACTIVE and "--noinput" not in line:
             code, output = run_interactive(checkout, env, line, INTERACTIVE[name])
             assert code == 0, f"{line}\n{output}"
             assert "Superuser created successfully" in output
@@ -234,6 +235,8 @@ def test_readme_manage_commands_run_as_printed(checkout, cluster):
                 assert dumped.returncode == 0, dumped.stderr
             result = run(checkout, env, exports, line)
             assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"
+            if "createsuperuser" in line:
+                assert "Superuser created successfully" in result.stdout
             if name == "drf_create_token":
                 assert re.search(r"[0-9a-f]{40}", result.stdout)
         ran.append(line)
@@ -270,3 +273,28 @@ def test_unset_data_path_creates_no_folder_outside_the_checkout(checkout):
     assert result.returncode != 0
     assert "DATA_PATH is not set and /data does not exist" in result.stderr
     assert not Path("/data").exists()
+
+
+@pytest.mark.parametrize("variable", ["KSSCHED_BIND", "KSSCHED_EXTENDER_BIND"])
+def test_make_run_names_the_variable_when_a_port_is_taken(checkout, variable):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        started = time.monotonic()
+        # -o: the virtualenv is the one running the tests; never reinstall into it.
+        result = subprocess.run(
+            ["make", "-o", ".venv/.installed", "run", f"{variable}={address}"],
+            cwd=checkout,
+            env=clean_env(checkout),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode != 0
+    assert f"{address} is in use" in result.stderr
+    assert f"set {variable} to a free address" in result.stderr
+    assert "Connection in use" not in result.stdout + result.stderr
+    assert time.monotonic() - started < 10
