@@ -176,7 +176,8 @@ docker-push:
 deploy-yaml:
 	deploy/render.sh
 
-# Refresh the committed screenshots of the admin (README, docs/screenshots/).
+# Refresh the committed screenshots of the admin (README, docs/screenshots/) and the
+# record of what each shows (shown.json), which the browser tests hold pages to.
 screenshots: $(VENV)/.dev-installed
 	KSSCHED_SCREENSHOT_DIR=$(CURDIR)/docs/screenshots $(PY) -m pytest -q tests/test_browser.py
 

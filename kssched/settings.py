@@ -156,6 +156,8 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(
     env.str("KSSCHED_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
 )
+# Files served at the site's root: /favicon.ico, which browsers ask for on every page.
+WHITENOISE_ROOT = BASE_DIR / "kssched" / "root"
 # Without collected files (a fresh checkout) whitenoise serves from the apps directly.
 WHITENOISE_USE_FINDERS = not STATIC_ROOT.is_dir()
 STORAGES = {
