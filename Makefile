@@ -15,13 +15,14 @@ browse = $(subst 0.0.0.0,localhost,$(subst [::],localhost,$(1)))
 
 .PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench soak clean
 .PHONY: outcomes-demo
-.PHONY: docker-build docker-push deploy-yaml screenshots demo manage
+.PHONY: docker-build docker-push deploy-yaml screenshots demo manage docs docs-check
 
 help:
 	@echo "make run    - install, migrate and serve: web on $(KSSCHED_BIND), extender on $(KSSCHED_EXTENDER_BIND)"
 	@echo "make test   - install dev tools, lint, run the whole suite"
 	@echo "make bench  - benchmark the extender against a floor"
 	@echo "make demo   - the extender, watcher and admin on a simulated cluster"
+	@echo "make docs   - serve the documentation site on $(DOCS_ADDR)"
 	@echo "make manage ARGS='...' - a manage.py command with the checkout's settings"
 
 $(VENV)/.installed: requirements.txt
@@ -136,7 +137,7 @@ pytest-postgres: $(VENV)/.dev-installed
 
 # Under CI=true the PostgreSQL run is mandatory; locally it runs when
 # TEST_DATABASE_URL is set.
-test: lint checks typecheck pytest
+test: lint checks typecheck docs-check pytest
 	@if [ -n "$(TEST_DATABASE_URL)" ]; then \
 	  $(MAKE) --no-print-directory pytest-postgres; \
 	elif [ "$(CI)" = "true" ]; then \
@@ -145,6 +146,16 @@ test: lint checks typecheck pytest
 	else \
 	  echo "PostgreSQL suite skipped: set TEST_DATABASE_URL to run it"; \
 	fi
+
+# The documentation site from docs/ (mkdocs.yml): `make docs` serves it with live reload;
+# `make docs-check` builds it strictly (every internal link and anchor must resolve;
+# never --quiet, which hides the warnings strict mode counts).
+DOCS_ADDR ?= 127.0.0.1:8000
+docs: $(VENV)/.dev-installed
+	$(VENV)/bin/mkdocs serve --dev-addr $(DOCS_ADDR)
+
+docs-check: $(VENV)/.dev-installed
+	$(VENV)/bin/mkdocs build --strict --site-dir "$$(mktemp -d)/site"
 
 # Extender latency and throughput beside a bare orjson WSGI floor, both under the
 # shipped gunicorn config; table to stdout, JSON to bench-results/latest.json.
@@ -176,7 +187,7 @@ docker-push:
 deploy-yaml:
 	deploy/render.sh
 
-# Refresh the committed screenshots of the admin (README, docs/screenshots/) and the
+# Refresh the committed screenshots of the admin (docs/screenshots/) and the
 # record of what each shows (shown.json), which the browser tests hold pages to.
 screenshots: $(VENV)/.dev-installed
 	KSSCHED_SCREENSHOT_DIR=$(CURDIR)/docs/screenshots $(PY) -m pytest -q tests/test_browser.py

@@ -1,9 +1,9 @@
 """Settings for ks-scheduler, read from the environment with django-environ.
 
-Every variable is listed in the README's settings table. Real environment variables
-always win; a `.env` file is read only when KSSCHED_READ_DOT_ENV=1. In a checkout,
-`make run` writes that file and `manage.py` turns the switch on when it finds it; the
-image has no `.env`.
+Every variable is listed in the settings table (docs/settings.md). Real environment
+variables always win; a `.env` file is read only when KSSCHED_READ_DOT_ENV=1. In a
+checkout, `make run` writes that file and `manage.py` turns the switch on when it finds
+it; the image has no `.env`.
 """
 
 from datetime import timedelta
@@ -212,7 +212,7 @@ KSSCHED_METRICS_TOKEN = env.str("KSSCHED_METRICS_TOKEN", default="")
 # Login throttling (django-axes): after KSSCHED_LOGIN_FAILURE_LIMIT failed logins for
 # one username from one client address, that pair is refused, even with the right
 # password, for KSSCHED_LOGIN_COOLOFF_MINUTES. Unlock earlier with
-# `manage.py axes_reset_username USER` (see the README). Axes's backend comes first
+# `manage.py axes_reset_username USER` (see docs/operate.md). Axes's backend comes first
 # so a locked-out pair never reaches the password check.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -284,7 +284,7 @@ KSSCHED_HISTORY_CACHE = env.bool("KSSCHED_HISTORY_CACHE", default=True)
 # Full Node lists are large (1000 nodes are about 14 MB); only the extender routes
 # accept bodies this big, the rest of the site keeps Django's default limit. A body
 # may decode to at most 8 times this (extender.parsers): the deployment's memory
-# limit is sized for it (README, "Limits").
+# limit is sized for it (docs/operate.md, "Limits").
 KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=16 * 1024 * 1024)
 # Which listener this process serves (set by `python -m kssched.serve`): "web" (the
 # pod port) or "extender" (loopback, the /scheduler/ routes, /healthz and /version

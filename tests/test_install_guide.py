@@ -30,9 +30,8 @@ from tests.test_readme import checkout, clean_env, run, shell_blocks  # noqa: F4
 
 pytestmark = pytest.mark.slow
 
-# The install path: README sections until the guide moves to its own page.
-GUIDE = REPO / "README.md"
-SECTIONS = ("## Install on a cluster", "## Operations")
+# The install path: its own page.
+GUIDE = REPO / "docs" / "install.md"
 
 CUSTOM = "registry.example.com:5000/team/ks-scheduler:9.8.7"
 CUSTOM_SCHEDULER = "registry.example.com/mirror/kube-scheduler:v1.30.9"
@@ -60,10 +59,7 @@ NEEDS_CLUSTER = {
 
 
 def guide_text() -> str:
-    text = GUIDE.read_text()
-    if SECTIONS:
-        text = text[text.index(SECTIONS[0]) : text.index(SECTIONS[1])]
-    return text
+    return GUIDE.read_text()
 
 
 def guide_kustomizations(text: str) -> dict[str, str]:
