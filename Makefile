@@ -16,13 +16,14 @@ browse = $(subst 0.0.0.0,localhost,$(subst [::],localhost,$(1)))
 .PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench bench-cluster soak clean
 .PHONY: pytest-pgbouncer
 .PHONY: outcomes-demo
-.PHONY: docker-build docker-push deploy-yaml screenshots demo manage
+.PHONY: docker-build docker-push deploy-yaml screenshots demo manage docs docs-check
 
 help:
 	@echo "make run    - install, migrate and serve: web on $(KSSCHED_BIND), extender on $(KSSCHED_EXTENDER_BIND)"
 	@echo "make test   - install dev tools, lint, run the whole suite"
 	@echo "make bench  - benchmark the extender against a floor"
 	@echo "make demo   - the extender, watcher and admin on a simulated cluster"
+	@echo "make docs   - serve the documentation site on $(DOCS_ADDR)"
 	@echo "make manage ARGS='...' - a manage.py command with the checkout's settings"
 
 $(VENV)/.installed: requirements.txt
@@ -54,7 +55,30 @@ $(SECRET_FILE):
 	@chmod 600 $@
 	@echo "Wrote $@ (read by $(PY) manage.py)."
 
+# Before serving: a listener's address already in use stops `make run` at once, naming
+# the variable that moves it (gunicorn would retry five times, then fail with no hint).
+# SO_REUSEADDR as gunicorn binds: a port left in TIME_WAIT is free.
+define PORT_CHECK
+import socket, sys
+for name, address in zip(("KSSCHED_BIND", "KSSCHED_EXTENDER_BIND"), sys.argv[1:]):
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((host, int(port)))
+        except OSError as exc:
+            other = f"[{host}]" if family == socket.AF_INET6 else host
+            sys.exit(
+                f"make run: {address} is in use ({exc.strerror}): set {name} to a free "
+                f"address, e.g. make run {name}={other}:{int(port) + 10}"
+            )
+endef
+export PORT_CHECK
+
 run: $(VENV)/.installed $(SECRET_FILE)
+	@$(PY) -c "$$PORT_CHECK" "$(KSSCHED_BIND)" "$(KSSCHED_EXTENDER_BIND)"
 	@$(MAKE) --no-print-directory -s .env
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py migrate --noinput
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py collectstatic --noinput --verbosity 0
@@ -64,6 +88,9 @@ run: $(VENV)/.installed $(SECRET_FILE)
 	@echo "  extender (kube-scheduler's urlPrefix): http://$(KSSCHED_EXTENDER_BIND)/scheduler"
 	@echo "Create an admin user for http://$(call browse,$(KSSCHED_BIND))/admin/ with:"
 	@echo "  $(PY) manage.py createsuperuser"
+	@echo "or without prompts:"
+	@echo "  DJANGO_SUPERUSER_USERNAME=admin DJANGO_SUPERUSER_EMAIL=admin@example.com \\"
+	@echo "  DJANGO_SUPERUSER_PASSWORD='a long password' $(PY) manage.py createsuperuser --noinput"
 	@echo
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" exec $(PY) -m kssched.serve
 
@@ -125,7 +152,7 @@ pytest-pgbouncer: $(VENV)/.dev-installed
 
 # Under CI=true the PostgreSQL and PgBouncer runs are mandatory; locally they run
 # when TEST_DATABASE_URL and PGBOUNCER_DATABASE_URL are set.
-test: lint checks typecheck pytest
+test: lint checks typecheck docs-check pytest
 	@if [ -n "$(TEST_DATABASE_URL)" ]; then \
 	  $(MAKE) --no-print-directory pytest-postgres; \
 	elif [ "$(CI)" = "true" ]; then \
@@ -142,6 +169,16 @@ test: lint checks typecheck pytest
 	else \
 	  echo "PgBouncer run skipped: set PGBOUNCER_DATABASE_URL to run it"; \
 	fi
+
+# The documentation site from docs/ (mkdocs.yml): `make docs` serves it with live reload;
+# `make docs-check` builds it strictly (every internal link and anchor must resolve;
+# never --quiet, which hides the warnings strict mode counts).
+DOCS_ADDR ?= 127.0.0.1:8000
+docs: $(VENV)/.dev-installed
+	$(VENV)/bin/mkdocs serve --dev-addr $(DOCS_ADDR)
+
+docs-check: $(VENV)/.dev-installed
+	$(VENV)/bin/mkdocs build --strict --site-dir "$$(mktemp -d)/site"
 
 # Extender latency and throughput beside a bare orjson WSGI floor, both under the
 # shipped gunicorn config; table to stdout, JSON to bench-results/latest.json.
@@ -178,7 +215,8 @@ docker-push:
 deploy-yaml:
 	deploy/render.sh
 
-# Refresh the committed screenshots of the admin (README, docs/screenshots/).
+# Refresh the committed screenshots of the admin (docs/screenshots/) and the
+# record of what each shows (shown.json), which the browser tests hold pages to.
 screenshots: $(VENV)/.dev-installed
 	KSSCHED_SCREENSHOT_DIR=$(CURDIR)/docs/screenshots $(PY) -m pytest -q tests/test_browser.py
 

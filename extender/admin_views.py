@@ -1,9 +1,10 @@
 """The admin's pipeline page: why a pipeline's pods land where they do.
 
-For a key (`maven`) or a full label value (`jenkins-java-maven-1`) it shows the counts
-the scores are built from as a server-side SVG bar chart (no scripts, no CDN), the
-scores every known node would get now, startup and run time by warmth with the time
-warm placement saved (`history.outcomes`), and the recent placements from the ledger.
+For a key (`maven`) or a full label value (`jenkins-java-maven-1`) it shows each warm
+node's score and what decides it (matched segment, count, penalty) as a server-side
+SVG bar chart (no scripts, no CDN), the scores every known node would get now,
+startup and run time by warmth with the time warm placement saved
+(`history.outcomes`), and the recent placements from the ledger.
 It lives in `extender` because it asks the scoring strategy to explain itself;
 kssched/urls.py mounts it inside the admin (login and staff required).
 """
@@ -12,6 +13,7 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
+from extender.scoring.rules import MAX_SCORE
 from extender.scoring.strategies import get_strategy
 from history import labels, outcomes, queries
 from history.admin import refuse_nul_parameters
@@ -26,17 +28,20 @@ RECENT_PLACEMENTS = 25
 DETAIL_COLUMNS = (
     ("decayed_weight", "recency weight"),
     ("active_pods", "active pods"),
-    ("penalty", "penalty"),
+    ("hotspot_penalty", "penalty: its pods"),
+    ("load_penalty", "penalty: node load"),
     ("policy", "policy"),
 )
 
 BAR_HEIGHT = 22
 BAR_GAP = 6
 LABEL_WIDTH = 220
-PLOT_WIDTH = 520
-VALUE_WIDTH = 110
-# Darker is more specific: index 0 is the most general segment.
-SEGMENT_COLOURS = ("#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c", "#08306b")
+PLOT_WIDTH = 420
+VALUE_WIDTH = 300
+# A bar's colour is how the node's history matches the pipeline; its score is
+# written on it, and the points the penalties took off trail it in light red.
+MATCH_COLOURS = {"exact": "#1a7f4b", "partial": "#e08a1e", "other": "#8c8c8c"}
+PENALTY_COLOUR = "#f4a6a0"
 
 
 # Startup and run time by warmth: per class, a median bar with a p90 whisker.
@@ -142,27 +147,48 @@ def known_nodes() -> list[str]:
 
 
 def chart_bars(explanation: list[dict], segments: int) -> list[dict]:
-    """Bar geometry for the nodes whose score comes from history, busiest first."""
+    """Bar geometry for the nodes whose score comes from history, highest score first.
+
+    A bar's length is the node's score (0 to MAX_SCORE, written on the bar); a light
+    red part beyond it shows the points the penalties took off the score its history
+    gives (`base_score`). Beside it, what decides: the matched segment and its count,
+    and the penalty.
+    """
     warm = [row for row in explanation if row["raw_count"] > 0]
-    warm.sort(key=lambda row: (-row["raw_count"], row["node"]))
+    warm.sort(key=lambda row: (-row["score"], -row["raw_count"], row["node"]))
     warm = warm[:MAX_BARS]
-    top = max((row["raw_count"] for row in warm), default=0) or 1
+    scale = PLOT_WIDTH / MAX_SCORE
     bars = []
     for position, row in enumerate(warm):
-        index = row.get("segment_index") or 0
-        # The most specific segment always gets the darkest colour.
-        shade = len(SEGMENT_COLOURS) - segments + index
-        width = max(2, round(PLOT_WIDTH * row["raw_count"] / top))
+        score = row["score"]
+        index = row.get("segment_index")
+        match = (
+            "exact" if index == segments - 1 else "partial" if index is not None else ""
+        )
+        penalty = row.get("penalty") or 0
+        base = row.get("base_score", score)
+        taken = max(0, min(penalty, base - score)) if penalty else 0
+        width = max(2, round(score * scale))
+        penalty_width = round(taken * scale)
+        decides = f"{row['matched_segment']} {row['raw_count']}"
+        if penalty:
+            decides += f", penalty {penalty}"
         bars.append(
             {
                 "node": row["node"],
                 "count": row["raw_count"],
                 "segment": row["matched_segment"],
-                "score": row["score"],
+                "match": match or "other",
+                "score": score,
+                "penalty": penalty,
+                "decides": decides,
                 "y": position * (BAR_HEIGHT + BAR_GAP),
                 "width": width,
-                "value_x": LABEL_WIDTH + width + 6,
-                "colour": SEGMENT_COLOURS[min(max(shade, 0), len(SEGMENT_COLOURS) - 1)],
+                "penalty_x": LABEL_WIDTH + width,
+                "penalty_width": penalty_width,
+                "score_x": LABEL_WIDTH + width - 5,
+                "value_x": LABEL_WIDTH + width + penalty_width + 6,
+                "colour": MATCH_COLOURS[match or "other"],
             }
         )
     return bars
@@ -229,7 +255,15 @@ def pipeline_view(request):
                     "text_y": BAR_HEIGHT - 6,
                     "width": LABEL_WIDTH + PLOT_WIDTH + VALUE_WIDTH,
                     "height": max(len(bars), 1) * (BAR_HEIGHT + BAR_GAP),
+                    "max_score": MAX_SCORE,
+                    "penalty_colour": PENALTY_COLOUR,
+                    "legend": [
+                        ("exact", MATCH_COLOURS["exact"], "the most specific segment"),
+                        ("partial", MATCH_COLOURS["partial"], "a more general one"),
+                        ("penalty", PENALTY_COLOUR, "points the penalties took off"),
+                    ],
                 },
+                "cold_nodes": sum(1 for row in explanation if not row["raw_count"]),
                 "scores": ranked[:MAX_SCORE_ROWS],
                 "detail_titles": [title for _, title in details],
                 "scores_hidden": max(0, len(ranked) - MAX_SCORE_ROWS),

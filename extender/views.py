@@ -54,7 +54,7 @@ class ExtenderView(APIView):
     parser_classes = [ORJSONParser]
     renderer_classes = [ORJSONRenderer]
     content_negotiation_class = ExtenderContentNegotiation
-    # POST only: kube-scheduler sends nothing else, and the README promises 405.
+    # POST only: kube-scheduler sends nothing else, and docs/operate.md promises 405.
     http_method_names = ["post"]
     is_extender = True
 

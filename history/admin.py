@@ -16,7 +16,8 @@ from django.http import HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import mark_safe
 
 from history import corrections
 from history.admin_filters import ActiveFilter, CountFilter, KeyFilter, NodeFilter
@@ -169,11 +170,30 @@ def csv_cell(value) -> str:
     return f"'{text}" if text[:1] in ("=", "+", "-", "@") else text
 
 
+def breakable_node(name: str) -> str:
+    """A node name that may wrap after its dots as well as at its hyphens
+    (`ip-10-1-2-3.eu-central-1.compute.internal`), never inside a word."""
+    return mark_safe(
+        ".<wbr>".join(conditional_escape(part) for part in name.split("."))
+    )
+
+
+class NodeColumn:
+    """The node column of a change list (`node_name`), wrapping where a node name may.
+
+    A model field would take precedence over a method named `node`, hence the name.
+    """
+
+    @admin.display(description="node", ordering="node")
+    def node_name(self, obj):
+        return breakable_node(obj.node)
+
+
 @admin.register(KeyNode)
-class KeyNodeAdmin(HistoryModelAdmin):
+class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
     list_display = (
         "key",
-        "node",
+        "node_name",
         "count",
         "weight",
         "last_placement",
@@ -323,12 +343,12 @@ class ReadOnlyAdmin(HistoryModelAdmin):
 
 
 @admin.register(Placement)
-class PlacementAdmin(ReadOnlyAdmin):
+class PlacementAdmin(NodeColumn, ReadOnlyAdmin):
     list_display = (
         "name",
         "namespace",
         "label_link",
-        "node",
+        "node_name",
         "bound_at",
         "finished_at",
         "warmth_short",

@@ -192,9 +192,18 @@ def duration_text(seconds: float | None) -> str:
     return f"{sign}{secs} s"
 
 
-def format_sections(sections: list[tuple[str, dict]], first: str) -> list[str]:
+def format_sections(
+    sections: list[tuple[str, dict]], first: str, *, decimals: int | None = None
+) -> list[str]:
     """The table lines of named sections ({warmth: S}), one line per warmth class;
-    `first` heads the name column."""
+    `first` heads the name column. With `decimals`, every time has exactly that
+    many (aligned columns); without, as few as it needs."""
+
+    def cell(value: float | None) -> str:
+        if value is None or decimals is None:
+            return number_text(value)
+        return f"{value:.{decimals}f}"
+
     header = (
         f"{first:<32} {'warmth':<8} {'runs':>5} {'failed':>6} "
         f"{'startup p50':>11} {'p90':>8} {'run p50':>9} {'p90':>8}"
@@ -205,9 +214,9 @@ def format_sections(sections: list[tuple[str, dict]], first: str) -> list[str]:
             s = section[warmth]
             lines.append(
                 f"{name if index == 0 else '':<32} {warmth:<8} {s['runs']:>5} "
-                f"{s['failed']:>6} {number_text(s['startup_p50']):>11} "
-                f"{number_text(s['startup_p90']):>8} {number_text(s['run_p50']):>9} "
-                f"{number_text(s['run_p90']):>8}"
+                f"{s['failed']:>6} {cell(s['startup_p50']):>11} "
+                f"{cell(s['startup_p90']):>8} {cell(s['run_p50']):>9} "
+                f"{cell(s['run_p90']):>8}"
             )
     return lines
 

@@ -1,9 +1,9 @@
 """Settings for ks-scheduler, read from the environment with django-environ.
 
-Every variable is listed in the README's settings table. Real environment variables
-always win; a `.env` file is read only when KSSCHED_READ_DOT_ENV=1. In a checkout,
-`make run` writes that file and `manage.py` turns the switch on when it finds it; the
-image has no `.env`.
+Every variable is listed in the settings table (docs/settings.md). Real environment
+variables always win; a `.env` file is read only when KSSCHED_READ_DOT_ENV=1. In a
+checkout, `make run` writes that file and `manage.py` turns the switch on when it finds
+it; the image has no `.env`.
 """
 
 from datetime import timedelta
@@ -164,6 +164,8 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(
     env.str("KSSCHED_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
 )
+# Files served at the site's root: /favicon.ico, which browsers ask for on every page.
+WHITENOISE_ROOT = BASE_DIR / "kssched" / "root"
 # Without collected files (a fresh checkout) whitenoise serves from the apps directly.
 WHITENOISE_USE_FINDERS = not STATIC_ROOT.is_dir()
 STORAGES = {
@@ -223,7 +225,7 @@ KSSCHED_METRICS_TOKEN = env.str("KSSCHED_METRICS_TOKEN", default="")
 # Login throttling (django-axes): after KSSCHED_LOGIN_FAILURE_LIMIT failed logins for
 # one username from one client address, that pair is refused, even with the right
 # password, for KSSCHED_LOGIN_COOLOFF_MINUTES. Unlock earlier with
-# `manage.py axes_reset_username USER` (see the README). Axes's backend comes first
+# `manage.py axes_reset_username USER` (see docs/operate.md). Axes's backend comes first
 # so a locked-out pair never reaches the password check.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -302,7 +304,7 @@ KSSCHED_NODE_RETENTION_DAYS = env.float("KSSCHED_NODE_RETENTION_DAYS", default=9
 # Full Node lists are large (1000 nodes are about 14 MB); only the extender routes
 # accept bodies this big, the rest of the site keeps Django's default limit. A body
 # may decode to at most 8 times this (extender.parsers): the deployment's memory
-# limit is sized for it (README, "Limits").
+# limit is sized for it (docs/operate.md, "Limits").
 KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=16 * 1024 * 1024)
 # Which listener this process serves (set by `python -m kssched.serve`): "web" (the
 # pod port) or "extender" (loopback, the /scheduler/ routes, /healthz and /version
@@ -343,6 +345,20 @@ KSSCHED_WATCH_NODES = env.bool("KSSCHED_WATCH_NODES", default=True)
 # Webhook mode: the cluster's default scheduler places pipeline pods, so count pods
 # with the pipeline label whatever their spec.schedulerName.
 KSSCHED_WATCH_ANY_SCHEDULER = env.bool("KSSCHED_WATCH_ANY_SCHEDULER", default=False)
+# An events.k8s.io Event on each pipeline pod the watcher records (reason
+# WarmPlacement, PartialPlacement or ColdPlacement), at most PER_SECOND a second with
+# bursts of BURST; the rest are dropped and counted.
+KSSCHED_PLACEMENT_EVENTS = env.bool("KSSCHED_PLACEMENT_EVENTS", default=True)
+KSSCHED_PLACEMENT_EVENTS_PER_SECOND = env.float(
+    "KSSCHED_PLACEMENT_EVENTS_PER_SECOND", default=5.0
+)
+KSSCHED_PLACEMENT_EVENTS_BURST = env.int("KSSCHED_PLACEMENT_EVENTS_BURST", default=20)
+if KSSCHED_PLACEMENT_EVENTS_PER_SECOND <= 0 or KSSCHED_PLACEMENT_EVENTS_BURST < 1:
+    raise environ.ImproperlyConfigured(
+        "KSSCHED_PLACEMENT_EVENTS_PER_SECOND must be above 0 and "
+        "KSSCHED_PLACEMENT_EVENTS_BURST at least 1 (KSSCHED_PLACEMENT_EVENTS=false "
+        "turns the Events off)."
+    )
 KSSCHED_LEASE_NAME = env.str("KSSCHED_LEASE_NAME", default="ks-scheduler-watcher")
 KSSCHED_LEASE_DURATION = env.float("KSSCHED_LEASE_DURATION", default=15.0)
 KSSCHED_LEASE_RENEW_DEADLINE = env.float("KSSCHED_LEASE_RENEW_DEADLINE", default=10.0)

@@ -7,6 +7,7 @@ pixels differ than a clock ticking over can account for. Standard library only.
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 from pathlib import Path
@@ -84,3 +85,38 @@ def save_if_changed(path: Path, png: bytes, tolerated: int = TOLERATED_PIXELS) -
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(png)
     return True
+
+
+# What each committed picture shows, written beside them by `make screenshots`.
+COMMITTED = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+SHOWN_FILE = "shown.json"
+
+
+def shown_record(directory: Path) -> dict[str, list[str]]:
+    path = directory / SHOWN_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def check_shown(directory: Path, name: str, shown: list[str]) -> None:
+    """Hold the picture `name` to what the page shows now (its columns and panels).
+
+    Writing into the committed folder (`make screenshots`) records it; any other run
+    compares it with the committed record, so a page that gained or lost a column
+    or panel since its picture was taken fails until the picture is taken again.
+    """
+    if directory.resolve() == COMMITTED.resolve():
+        record = shown_record(directory)
+        record[name] = shown
+        text = json.dumps(dict(sorted(record.items())), indent=1, ensure_ascii=False)
+        (directory / SHOWN_FILE).write_text(text + "\n")
+        return
+    committed = shown_record(COMMITTED).get(name)
+    if committed is None:
+        raise AssertionError(f"docs/screenshots/{name} has no record: make screenshots")
+    if committed != shown:
+        new = [item for item in shown if item not in committed]
+        gone = [item for item in committed if item not in shown]
+        raise AssertionError(
+            f"docs/screenshots/{name} is stale: the page now shows {new} and no longer "
+            f"{gone}; run make screenshots"
+        )

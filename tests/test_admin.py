@@ -712,12 +712,18 @@ def chart_bars(content: bytes) -> dict[str, int]:
     assert svg, "no chart on the page"
     root = ElementTree.fromstring(svg.group(0))
     namespace = "{http://www.w3.org/2000/svg}"
-    return {
-        group.get("data-node"): int(
-            group.find(f"{namespace}text[@class='bar-value']").text
+    groups = list(root.iter(f"{namespace}g"))
+    # Highest score first, the score written on each bar.
+    scores = [int(group.get("data-score")) for group in groups]
+    assert scores == sorted(scores, reverse=True)
+    for group in groups:
+        on_bar = group.find(f"{namespace}text[@class='bar-score']").text
+        assert on_bar == group.get("data-score")
+        beside = group.find(f"{namespace}text[@class='bar-value']").text
+        assert beside.startswith(
+            f"{group.get('data-segment')} {group.get('data-count')}"
         )
-        for group in root.iter(f"{namespace}g")
-    }
+    return {group.get("data-node"): int(group.get("data-count")) for group in groups}
 
 
 def test_pipeline_page_for_a_key(admin_client):

@@ -23,7 +23,7 @@ from history.labels import split_pipeline_label
 from history.ledger import finish_placement, record_placement
 from history.models import KeyNode, NodeRecord, Placement, WatchState
 from tests.helpers import IS_CI, REPO
-from tests.screenshots import save_if_changed
+from tests.screenshots import check_shown, save_if_changed
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here
 # between browser steps are still plain synchronous calls.
@@ -86,9 +86,24 @@ def login(page, live_server, username, next_path="/admin/"):
     page.wait_for_url(f"{live_server.url}{next_path}")
 
 
-def screenshot(page, name):
-    """Store a full-page screenshot, unless the stored one shows the same picture."""
+# What a picture shows: the headings of its panels and the columns of its tables
+# (numbers left out: they are the data, not the page).
+SHOWN = """(within) => {
+    const root = document.querySelector(within || '#content');
+    return [...root.querySelectorAll('h1, h2, h3, thead th, svg[id], .module[id]')]
+        .filter(el => el.getBoundingClientRect().height > 0)
+        .map(el => el.tagName.toLowerCase() + ': '
+             + (el.matches('svg, .module') ? '#' + el.id
+                : el.innerText.replace(/\\d+/g, '#').replace(/\\s+/g, ' ').trim()))
+        .filter(text => !text.endsWith(': '));
+}"""
+
+
+def screenshot(page, name, within=None):
+    """Store a full-page screenshot, unless the stored one shows the same picture,
+    and hold the committed picture to what the page shows (tests/screenshots.py)."""
     save_if_changed(SCREENSHOTS / name, page.screenshot(full_page=True))
+    check_shown(SCREENSHOTS, name, page.evaluate(SHOWN, within))
 
 
 @pytest.fixture
@@ -191,7 +206,7 @@ def table_rows(page):
     for row in page.locator("#result_list tbody tr").all():
         cells = row.locator("th, td")
         key = row.locator("th.field-key").inner_text().strip()
-        node = row.locator("td.field-node").inner_text().strip()
+        node = row.locator("td.field-node_name").inner_text().strip()
         count_input = row.locator("td.field-count input")
         if count_input.count():
             count = count_input.input_value()
@@ -332,16 +347,31 @@ def test_pipeline_page_chart(page, live_server, superuser, cluster_history):
     page.wait_for_url(f"**q={label}")
     bars = page.locator("#pipeline-chart g.bar")
     assert bars.count() == len(expected)
-    shown = {}
+    shown, order = {}, []
+    table = {
+        row.get_attribute("data-node"): int(row.locator("td.score").text_content())
+        for row in page.locator("#pipeline-scores tbody tr").all()
+    }
     for bar in bars.all():
         node = bar.get_attribute("data-node")
-        value = bar.locator("text.bar-value").text_content()
-        assert bar.locator("title").text_content().startswith(f"{node}: {value} ")
-        assert float(bar.locator("rect").get_attribute("width")) > 0
-        shown[node] = int(value)
+        score = bar.locator("text.bar-score").text_content()
+        # The bar draws the score the table gives, with the score on it.
+        assert int(score) == table[node]
+        assert bar.locator("title").text_content().startswith(f"{node}: score {score} ")
+        assert float(bar.locator("rect.bar-score-rect").get_attribute("width")) > 0
+        shown[node] = int(bar.get_attribute("data-count"))
+        order.append(int(score))
     assert shown == expected
-    widths = [float(r.get_attribute("width")) for r in bars.locator("rect").all()]
+    assert order == sorted(order, reverse=True)
+    widths = [
+        float(r.get_attribute("width"))
+        for r in bars.locator("rect.bar-score-rect").all()
+    ]
     assert widths == sorted(widths, reverse=True)
+    # The legend is above the chart, where it is seen with it.
+    legend = page.locator("#pipeline-legend").bounding_box()
+    assert legend["y"] < page.locator("#pipeline-chart").bounding_box()["y"]
+    assert "total load" in page.locator("#pipeline-penalty-help").text_content()
     scores = page.locator("#pipeline-scores tbody tr")
     assert scores.count() == len(NODES)
     assert page.locator("#pipeline-placements tbody tr").count() == 22
@@ -431,10 +461,13 @@ def test_pipeline_page_outcomes_chart(page, live_server, superuser):
     assert f"({pipeline['saved_seconds']:.0f} s)" in headline
     box = module.bounding_box()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(
-        path=str(SCREENSHOTS / "pipeline-outcomes.png"),
+    picture = page.screenshot(
         full_page=True,
         clip={"x": 0, "y": box["y"] - 12, "width": 1280, "height": box["height"] + 24},
+    )
+    save_if_changed(SCREENSHOTS / "pipeline-outcomes.png", picture)
+    check_shown(
+        SCREENSHOTS, "pipeline-outcomes.png", page.evaluate(SHOWN, "#pipeline-outcomes")
     )
     page.goto(f"{live_server.url}/admin/")
     assert "over 1 pipeline" in page.locator("#ks-time-saved").text_content()
@@ -491,6 +524,67 @@ SIDEWAYS = """() => {
 }"""
 
 
+# Boxes that must not cover each other, and the words that must not break inside: a
+# "word" is a run of letters and digits, so a label may wrap at its hyphens.
+OVERLAPS = """() => {
+    const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+        + (el.className && typeof el.className === 'string'
+           ? '.' + el.className.trim().split(/\\s+/).join('.') : '');
+    const visible = el => {
+        const box = el.getBoundingClientRect();
+        return box.width > 0 && box.height > 0
+            && getComputedStyle(el).visibility !== 'hidden';
+    };
+    const boxes = [...document.querySelectorAll(
+        '#content h1, #content h2, #content p, #content form, #content table, '
+        + '#content svg, #content .object-tools li, #content .paginator, '
+        + '#content #toolbar, #content .actions, #content .errornote')]
+        .filter(visible);
+    // A heading or paragraph covers its text, not the whole width of its block.
+    const extent = el => {
+        if (!['h1', 'h2', 'p'].includes(el.tagName.toLowerCase())) {
+            return el.getBoundingClientRect();
+        }
+        const text = document.createRange();
+        text.selectNodeContents(el);
+        return text.getBoundingClientRect();
+    };
+    const found = [];
+    for (let i = 0; i < boxes.length; i++) {
+        for (let j = i + 1; j < boxes.length; j++) {
+            const a = boxes[i], b = boxes[j];
+            if (a.contains(b) || b.contains(a)) continue;
+            const p = extent(a), q = extent(b);
+            const x = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+            const y = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
+            if (x > 1 && y > 1) {
+                const size = `${Math.round(x)}x${Math.round(y)} px`;
+                found.push(`${name(a)} and ${name(b)} overlap by ${size}`);
+            }
+        }
+    }
+    const walker = document.createTreeWalker(
+        document.querySelector('#content') || document.body, NodeFilter.SHOW_TEXT);
+    const range = document.createRange();
+    while (walker.nextNode()) {
+        const node = walker.currentNode;
+        if (!node.parentElement || !visible(node.parentElement)) continue;
+        if (node.parentElement.closest('svg, script, style, option')) continue;
+        for (const match of node.data.matchAll(/[\\p{L}\\p{N}]{2,}/gu)) {
+            range.setStart(node, match.index);
+            range.setEnd(node, match.index + match[0].length);
+            const lines = new Set([...range.getClientRects()]
+                .filter(r => r.width > 0).map(r => Math.round(r.top)));
+            if (lines.size > 1) {
+                const where = name(node.parentElement);
+                found.push(`"${match[0]}" breaks inside, in ${where}`);
+            }
+        }
+    }
+    return found.slice(0, 10);
+}"""
+
+
 @pytest.mark.parametrize("size", [(1280, 800), (1024, 768)], ids=["1280", "1024"])
 def test_no_admin_page_scrolls_sideways(
     browser, live_server, superuser, cluster_history, long_names, size
@@ -508,9 +602,9 @@ def test_no_admin_page_scrolls_sideways(
         for path in ADMIN_PAGES:
             page.goto(f"{live_server.url}{path.format(**ids)}")
             assert page.locator("#container").count() == 1, path
-            found = page.evaluate(SIDEWAYS)
+            found = page.evaluate(SIDEWAYS) + page.evaluate(OVERLAPS)
             if found:
                 problems[path] = found
-        assert problems == {}
+        assert problems == {}, "\n".join(f"{k}: {v}" for k, v in problems.items())
     finally:
         context.close()

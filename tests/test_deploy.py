@@ -641,7 +641,13 @@ def test_rbac_is_the_documented_least_privilege(builds):
             "apiGroups": [""],
             "resources": ["pods", "nodes"],
             "verbs": ["get", "list", "watch"],
-        }
+        },
+        # Placement Events on pipeline pods: create only.
+        {
+            "apiGroups": ["events.k8s.io"],
+            "resources": ["events"],
+            "verbs": ["create"],
+        },
     ]
 
 

@@ -131,3 +131,14 @@ def test_gunicorn_scores_with_the_default_warm_strategy():
         explained = orjson.loads(body)
         assert explained["strategy"] == "warm"
         assert {row["node"]: row["score"] for row in explained["nodes"]} == scores
+
+
+def test_favicon_is_served_at_the_root(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content)
+    # An icon directory with one 32 x 32 PNG image.
+    assert body[:6] == b"\x00\x00\x01\x00\x01\x00"
+    assert body[6:8] == b"\x20\x20"
+    assert body[22:30] == b"\x89PNG\r\n\x1a\n"
+    assert response["Content-Type"] in ("image/x-icon", "image/vnd.microsoft.icon")

@@ -1,5 +1,6 @@
-"""Every `manage.py` line in the README's shell blocks runs as printed, in a fresh
-checkout, after the steps of `make run`, with no other environment.
+"""Every `manage.py` line in the shell blocks of the README and the docs/ pages runs as
+printed, in a fresh checkout, after the steps of `make run`, with no other environment;
+the docs site builds strictly and the README's links resolve.
 
 The checkout is a copy of the files git knows (tracked and new, never ignored ones such
 as `.env`, `var/` or `.venv`), with `.venv` linked to the virtualenv running the tests.
@@ -35,7 +36,8 @@ ADMIN_PASSWORD = "a-long-readme-pass-42"
 # How each interactive or long-running command is driven; the rest run to completion.
 INTERACTIVE = {
     "createsuperuser": [
-        ("Username", "admin"),
+        # Not the non-interactive line's "admin": both lines run in one checkout.
+        ("Username", "alice"),
         ("Email address", "admin@example.com"),
         ("Password:", ADMIN_PASSWORD),
         ("Password (again)", ADMIN_PASSWORD),
@@ -178,8 +180,14 @@ def cluster():
         yield server
 
 
+def documentation(root: Path) -> str:
+    """The README and every docs/ page, one after another."""
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return "\n".join(page.read_text() for page in pages)
+
+
 def test_readme_manage_commands_run_as_printed(checkout, cluster):
-    commands = manage_commands((checkout / "README.md").read_text())
+    commands = manage_commands(documentation(checkout))
     names = [subcommand(line) for _, line in commands]
     # The README's commands as of writing; a new one is run too (and listed here).
     assert {"createsuperuser", "watch_pods", "watcher_health", "audit_counts"} <= set(
@@ -191,7 +199,7 @@ def test_readme_manage_commands_run_as_printed(checkout, cluster):
     first = sorted(commands, key=lambda c: order.get(subcommand(c[1]), 2))
     for exports, line in first:
         name = subcommand(line)
-        if name in INTERACTIVE:
+        if name in INTERACTIVE and "--noinput" not in line:
             code, output = run_interactive(checkout, env, line, INTERACTIVE[name])
             assert code == 0, f"{line}\n{output}"
             assert "Superuser created successfully" in output
@@ -233,6 +241,8 @@ def test_readme_manage_commands_run_as_printed(checkout, cluster):
                 assert dumped.returncode == 0, dumped.stderr
             result = run(checkout, env, exports, line)
             assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"
+            if "createsuperuser" in line:
+                assert "Superuser created successfully" in result.stdout
             if name == "drf_create_token":
                 assert re.search(r"[0-9a-f]{40}", result.stdout)
         ran.append(line)
@@ -269,3 +279,96 @@ def test_unset_data_path_creates_no_folder_outside_the_checkout(checkout):
     assert result.returncode != 0
     assert "DATA_PATH is not set and /data does not exist" in result.stderr
     assert not Path("/data").exists()
+
+
+@pytest.mark.parametrize("variable", ["KSSCHED_BIND", "KSSCHED_EXTENDER_BIND"])
+def test_make_run_names_the_variable_when_a_port_is_taken(checkout, variable):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        started = time.monotonic()
+        # -o: the virtualenv is the one running the tests; never reinstall into it.
+        result = subprocess.run(
+            ["make", "-o", ".venv/.installed", "run", f"{variable}={address}"],
+            cwd=checkout,
+            env=clean_env(checkout),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode != 0
+    assert f"{address} is in use" in result.stderr
+    assert f"set {variable} to a free address" in result.stderr
+    assert "Connection in use" not in result.stdout + result.stderr
+    assert time.monotonic() - started < 10
+
+
+def test_docs_site_builds_strictly_and_a_broken_anchor_fails_it(tmp_path):
+    # Not --quiet: it hides the warnings that strict mode counts.
+    mkdocs = [sys.executable, "-m", "mkdocs", "build", "--strict"]
+    built = subprocess.run(
+        [*mkdocs, "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    assert (tmp_path / "site" / "install" / "index.html").is_file()
+    # The same site with one link to a missing anchor does not build.
+    copy = tmp_path / "copy"
+    shutil.copytree(REPO / "docs", copy / "docs")
+    shutil.copy2(REPO / "mkdocs.yml", copy / "mkdocs.yml")
+    index = copy / "docs" / "index.md"
+    index.write_text(index.read_text() + "\n[Gone](operate.md#no-such-part)\n")
+    broken = subprocess.run(
+        [*mkdocs, "--site-dir", str(tmp_path / "broken")],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert broken.returncode != 0
+    assert "no-such-part" in broken.stderr
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors of a page's headings, as the site and GitHub make them."""
+    text = re.sub(r"^ *```.*?^ *```", "", text, flags=re.S | re.M)
+    anchors = set()
+    for title in re.findall(r"^#{1,6} (.+)$", text, re.M):
+        slug = re.sub(r"[^\w\s-]", "", title).strip().lower()
+        anchors.add(re.sub(r"[-\s]+", "-", slug))
+    return anchors
+
+
+def test_readme_links_reach_a_file_and_its_heading():
+    readme = (REPO / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", readme)
+    local = [link for link in links if not re.match(r"[a-z]+:", link)]
+    assert any(link.startswith("docs/") for link in local)
+    for link in local:
+        path, _, anchor = link.partition("#")
+        target = REPO / path if path else REPO / "README.md"
+        assert target.is_file(), link
+        if anchor:
+            assert anchor in heading_anchors(target.read_text()), link
+
+
+def test_readme_is_a_front_page():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 250
+    text = "\n".join(lines[:45])
+    # The first screen: both commands, the ports to move, the demo, both logins.
+    for words in (
+        "make run",
+        "make test",
+        "KSSCHED_BIND",
+        "KSSCHED_EXTENDER_BIND",
+        "make demo",
+        "createsuperuser --noinput",
+    ):
+        assert words in text, words

@@ -1,9 +1,20 @@
 """Screenshots are rewritten only when the picture changed (tests/screenshots.py)."""
 
+import re
 import struct
 import zlib
 
-from tests.screenshots import TOLERATED_PIXELS, differing_pixels, save_if_changed
+import pytest
+
+from tests.helpers import REPO
+from tests.screenshots import (
+    COMMITTED,
+    TOLERATED_PIXELS,
+    check_shown,
+    differing_pixels,
+    save_if_changed,
+    shown_record,
+)
 
 
 def png(width, height, changed=0, filter_type=0):
@@ -60,3 +71,29 @@ def test_a_changed_picture_is_rewritten(tmp_path):
     assert save_if_changed(path, png(300, 300, changed=TOLERATED_PIXELS + 1))
     assert path.read_bytes() == png(300, 300, changed=TOLERATED_PIXELS + 1)
     assert save_if_changed(path, png(300, 301))
+
+
+def test_every_committed_picture_has_a_record_of_what_it_shows():
+    pictures = {path.name for path in COMMITTED.glob("*.png")}
+    assert pictures
+    assert set(shown_record(COMMITTED)) == pictures
+
+
+def test_every_picture_the_docs_show_is_committed():
+    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    shown = set()
+    for doc in docs:
+        shown |= set(re.findall(r"docs/screenshots/([\w.-]+\.png)", doc.read_text()))
+        shown |= set(re.findall(r"\(screenshots/([\w.-]+\.png)\)", doc.read_text()))
+    assert shown
+    assert shown <= {path.name for path in COMMITTED.glob("*.png")}
+
+
+def test_a_page_that_changed_since_its_picture_fails(tmp_path):
+    (name,) = sorted(shown_record(COMMITTED))[:1]
+    recorded = shown_record(COMMITTED)[name]
+    check_shown(tmp_path, name, recorded)  # the same page: fine
+    with pytest.raises(AssertionError, match="stale.*Weight later"):
+        check_shown(tmp_path, name, [*recorded, "th: Weight later"])
+    with pytest.raises(AssertionError, match="no record"):
+        check_shown(tmp_path, "never-taken.png", recorded)

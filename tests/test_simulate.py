@@ -297,4 +297,18 @@ def test_from_db_shows_measured_beside_simulated_outcomes():
     text = StringIO()
     call_command("simulate", "--from-db", "--strategies", "warm", stdout=text)
     measured = re.search(r"^measured +exact .*$", text.getvalue(), re.M).group(0)
-    assert measured.split() == ["measured", "exact", "3", "0", "13", "15", "103", "105"]
+    assert measured.split() == [
+        *("measured", "exact", "3", "0"),
+        *("13.0", "15.0", "103.0", "105.0"),
+    ]
+
+
+def test_simulated_times_are_printed_with_one_decimal_each():
+    out = StringIO()
+    call_command("simulate", "--runs", "300", "--nodes", "8", stdout=out)
+    text = out.getvalue()
+    table = text[text.index("Startup and run by warmth") :].splitlines()[3:]
+    times = [cell for line in table if line.strip() for cell in line.split()[-4:]]
+    assert times
+    for cell in times:
+        assert cell == "-" or re.fullmatch(r"\d+\.\d", cell), (cell, text)

@@ -1,5 +1,5 @@
-"""The README's namespace override for an upgrade from the Go ks-scheduler builds,
-and puts each object where it works."""
+"""The install guide's namespace override for an upgrade from the Go ks-scheduler
+builds, and puts each object where it works."""
 
 import re
 
@@ -20,18 +20,18 @@ PINNED = {
 
 
 def readme_kustomization(directory: str) -> str:
-    """The README's YAML block that starts with `# <directory>/kustomization.yaml`."""
-    readme = (REPO / "README.md").read_text()
+    """The guide's YAML block that starts with `# <directory>/kustomization.yaml`."""
+    readme = (REPO / "docs" / "install.md").read_text()
     blocks = re.findall(r"^ *```yaml\n(.*?)^ *```", readme, flags=re.M | re.S)
     for block in blocks:
         text = "\n".join(line[2:] for line in block.splitlines())
         if text.startswith(f"# {directory}/kustomization.yaml"):
             return text + "\n"
-    raise AssertionError(f"no {directory}/kustomization.yaml block in the README")
+    raise AssertionError(f"no {directory}/kustomization.yaml block in docs/install.md")
 
 
 def build_override(tmp_path):
-    # Laid out as the README says: the two directories beside a checkout.
+    # Laid out as the guide says: the two directories beside a checkout.
     (tmp_path / "ks-scheduler").symlink_to(REPO)
     for directory in ("ksphere", "ksphere-install"):
         (tmp_path / directory).mkdir()

@@ -385,4 +385,5 @@ def format_outcomes(report: dict[str, Any]) -> str:
     if report.get("measured"):
         sections.append(("measured", report["measured"]))
     title = "Startup and run by warmth (simulated: cost model)"
-    return "\n".join([title, *format_sections(sections, "source")])
+    # One decimal for every time: the columns line up (451.2, 1532.1).
+    return "\n".join([title, *format_sections(sections, "source", decimals=1)])

@@ -2,7 +2,8 @@
 
 It loads the configuration (in-cluster, else a kubeconfig file and context), lists
 and watches Pods and Nodes with bounded timeouts, reads and writes the Lease used
-for leader election, and sorts client errors into what the watch loop should do:
+for leader election, writes Events on pods, and sorts client errors into what the
+watch loop should do:
 
 - ``GONE``: the resourceVersion expired (410, or "too large"): list again;
 - ``RETRY``: dropped connection, read timeout, 429, 5xx, 401/403: back off, then
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 GONE = "gone"
 RETRY = "retry"
+# Seconds an Event write may wait for the API server's answer.
+EVENT_READ_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,10 @@ class KubeApi:
         # Called with _preload_content=False and plain dicts: typed as Any.
         self.core: Any = client.CoreV1Api(api)
         self.coordination: Any = client.CoordinationV1Api(api)
+        self.events: Any = client.EventsV1Api(api)
         self.request_timeout = (connect_timeout, read_timeout)
+        # An Event is one small write: it never waits as long as a list may.
+        self.event_timeout = (connect_timeout, min(read_timeout, EVENT_READ_TIMEOUT))
 
     # ---- list and watch
 
@@ -218,6 +224,21 @@ class KubeApi:
                 return False
             raise
         return True
+
+    # ---- events (events.k8s.io/v1)
+
+    def create_event(self, *, namespace: str, body: dict[str, Any]) -> Failure | None:
+        """Create an Event; None when it was written, else what went wrong."""
+        try:
+            self.events.create_namespaced_event(
+                namespace, body, _request_timeout=self.event_timeout
+            )
+        except Exception as exc:
+            failure = classify(exc)
+            if failure is None:
+                raise
+            return failure
+        return None
 
 
 class WatchStream:

@@ -104,6 +104,14 @@ try:
         ["reason"],
         registry=REGISTRY,
     )
+    PLACEMENT_EVENTS = Counter(
+        "kssched_placement_events",
+        "Kubernetes Events on pipeline pods about their placement, by result: "
+        "written, dropped (over the rate), failed, forbidden (RBAC missing: no more "
+        "are tried).",
+        ["result"],
+        registry=REGISTRY,
+    )
 finally:
     _values.ValueClass = _previous
 
@@ -112,6 +120,8 @@ for _warmth in Placement.Warmth.values:
     PIPELINE_RUN.labels(_warmth)
 for _reason in UNUSABLE_REASONS:
     TIMINGS_UNUSABLE.labels(_reason)
+for _result in ("written", "dropped", "failed", "forbidden"):
+    PLACEMENT_EVENTS.labels(_result)
 
 _last_event = time.monotonic()
 LAST_EVENT_AGE.set_function(lambda: time.monotonic() - _last_event)

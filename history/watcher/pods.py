@@ -12,13 +12,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
+
+from django.db import transaction
 
 from history import labels, ledger
 from history.timings import Timings, pod_timings, scheduled_at
-from history.watcher import metrics, runs
+from history.watcher import metrics, placement_events, runs
 from history.watcher.handler import RECEIVED, RELISTING, Selectors, Step
 from history.watcher.options import Options
+from history.watcher.placement_events import PlacementEvents
 from history.watcher.state import PODS
 
 logger = logging.getLogger(__name__)
@@ -132,8 +136,12 @@ class PodHandler:
     resource = "pods"
     keeps_checkpoint = True
 
-    def __init__(self, options: Options) -> None:
+    def __init__(
+        self, options: Options, *, events: PlacementEvents | None = None
+    ) -> None:
         self.options = options
+        # Writes an Event on each pod entered into the ledger (None: off).
+        self.events = events
         self.selectors = Selectors(
             namespace=options.namespace,
             label_selector=options.pipeline_label,
@@ -157,8 +165,27 @@ class PodHandler:
             return REJECTED
         outcome = IGNORED
         if decision.placement is not None:
-            created = ledger.record_placement(**vars(decision.placement))
+            placement = decision.placement
+            keys = labels.split_pipeline_label(placement.label)
+            history = None
+            if self.events is not None:
+                history = placement_events.history_if_new(
+                    pod_uid=placement.pod_uid, keys=keys, node=placement.node
+                )
+            created = ledger.record_placement(**vars(placement))
             outcome = RECORDED if created else DUPLICATE
+            if created and history is not None and self.events is not None:
+                event = placement_events.recorded(
+                    pod_uid=placement.pod_uid,
+                    namespace=placement.namespace,
+                    name=placement.name,
+                    label=placement.label,
+                    node=placement.node,
+                    keys=keys,
+                    history=history,
+                )
+                # After the commit: a rolled-back (retried) write says nothing.
+                transaction.on_commit(partial(self.events.submit, event))
         if decision.finish:
             ledger.finish_placement(pod_uid=decision.uid)
         if decision.timings is not None:

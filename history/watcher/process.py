@@ -21,6 +21,7 @@ from history.watcher.lease import LeaderElector
 from history.watcher.loop import Stream
 from history.watcher.nodes import NodeHandler
 from history.watcher.options import Options
+from history.watcher.placement_events import PlacementEvents
 from history.watcher.pods import PodHandler
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,10 @@ class Watcher:
         elector: LeaderElector | None = None,
         once: bool = False,
         shutdown: threading.Event | None = None,
+        events: PlacementEvents | None = None,
     ) -> None:
         self.api = api
+        self.events = events
         self.options = options
         self.heartbeat = heartbeat
         self.watch_nodes = watch_nodes
@@ -63,6 +66,13 @@ class Watcher:
                 stream.interrupt()
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            if self.events is not None:
+                self.events.close()
+
+    def _run(self) -> None:
         if self.elector is None:
             self._run_streams(lost=None)
             return
@@ -135,7 +145,7 @@ class Watcher:
 
         self.pods = Stream(
             self.api,
-            PodHandler(self.options),
+            PodHandler(self.options, events=self.events),
             options=self.options,
             shutdown=self.shutdown,
             heartbeat=self.heartbeat,

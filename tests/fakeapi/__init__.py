@@ -12,8 +12,10 @@ Every request is answered in this order:
    a compaction point, periodic bookmarks and optimistic concurrency.
 
 Served paths: ``/api/v1/pods``, ``/api/v1/namespaces/{ns}/pods[/{name}]``,
-``/api/v1/nodes[/{name}]``, ``/apis/coordination.k8s.io/v1/leases`` and
-``/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]``.
+``/api/v1/nodes[/{name}]``, ``/apis/coordination.k8s.io/v1/leases``,
+``/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]`` and
+``/apis/events.k8s.io/v1/namespaces/{ns}/events[/{name}]`` (a new Event is validated
+as the API server does: ``server.objects("events")`` holds what was accepted).
 
 Scripted example::
 

@@ -22,6 +22,7 @@ RESOURCES = {
     "pods": ("Pod", "v1", "", True),
     "nodes": ("Node", "v1", "", False),
     "leases": ("Lease", "coordination.k8s.io/v1", "coordination.k8s.io", True),
+    "events": ("Event", "events.k8s.io/v1", "events.k8s.io", True),
 }
 
 

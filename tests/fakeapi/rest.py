@@ -74,6 +74,11 @@ def write_object(store: Store, rec: RecordedRequest) -> tuple[int, Any]:
             if body is None or not body.get("metadata", {}).get("name"):
                 return 400, status_body(400, message="metadata.name is required")
             name = body["metadata"]["name"]
+            if resource == "events":
+                invalid = event_errors(body, rec.namespace)
+                if invalid:
+                    what = f'Event.events.k8s.io "{name}" is invalid: {invalid}'
+                    return 422, status_body(422, "Invalid", what)
         key = store.key(resource, rec.namespace, name)
         what = f'{qualified_name(resource)} "{name}"'
         details = {"name": name, "group": RESOURCES[resource][2], "kind": resource}
@@ -112,3 +117,27 @@ def write_object(store: Store, rec: RecordedRequest) -> tuple[int, Any]:
             if keep in existing["metadata"]:
                 new["metadata"][keep] = existing["metadata"][keep]
         return 200, store.commit(resource, "MODIFIED", new, existing)
+
+
+# What the API server's validation of events.k8s.io/v1 Events requires of a new one.
+EVENT_REQUIRED = ("eventTime", "reportingController", "reportingInstance", "action")
+EVENT_NOTE_MAX_BYTES = 1024
+
+
+def event_errors(body: dict[str, Any], namespace: str | None) -> str:
+    """Why the API server would refuse to create this Event ("" when it would not)."""
+    errors = [
+        f"{field}: Required value" for field in EVENT_REQUIRED if not body.get(field)
+    ]
+    if body.get("type") not in ("Normal", "Warning"):
+        errors.append("type: Unsupported value")
+    if not body.get("reason") or len(body["reason"]) > 128:
+        errors.append("reason: Invalid value")
+    if len(str(body.get("note", "")).encode()) > EVENT_NOTE_MAX_BYTES:
+        errors.append(
+            f"note: Too long: may not be more than {EVENT_NOTE_MAX_BYTES} bytes"
+        )
+    regarding = body.get("regarding") or {}
+    if regarding.get("namespace") != namespace:
+        errors.append("regarding.namespace: does not match event.namespace")
+    return ", ".join(errors)

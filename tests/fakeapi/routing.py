@@ -58,7 +58,10 @@ def route(path: str) -> tuple[str | None, str | None, str | None]:
     parts = [p for p in path.split("/") if p]
     if parts[:2] == ["api", "v1"]:
         rest = parts[2:]
-    elif parts[:3] == ["apis", "coordination.k8s.io", "v1"]:
+    elif parts[:3] in (
+        ["apis", "coordination.k8s.io", "v1"],
+        ["apis", "events.k8s.io", "v1"],
+    ):
         rest = parts[3:]
     else:
         return None, None, None
@@ -68,7 +71,11 @@ def route(path: str) -> tuple[str | None, str | None, str | None]:
     if not rest or len(rest) > 2:
         return None, None, None
     resource = rest[0]
-    allowed = {"pods", "nodes"} if parts[0] == "api" else {"leases"}
+    allowed = {
+        "api": {"pods", "nodes"},
+        "coordination.k8s.io": {"leases"},
+        "events.k8s.io": {"events"},
+    }[parts[0] if parts[0] == "api" else parts[1]]
     if resource not in allowed:
         return None, None, None
     if namespace is not None and not RESOURCES[resource][3]:

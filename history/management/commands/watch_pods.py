@@ -23,6 +23,7 @@ from history.watcher import kube, metrics
 from history.watcher.heartbeat import Heartbeat
 from history.watcher.lease import LeaderElector
 from history.watcher.options import Options
+from history.watcher.placement_events import PlacementEvents
 from history.watcher.process import Watcher
 
 logger = logging.getLogger(__name__)
@@ -103,8 +104,17 @@ class Command(BaseCommand):
                 renew_deadline=settings.KSSCHED_LEASE_RENEW_DEADLINE,
                 retry_period=settings.KSSCHED_LEASE_RETRY_PERIOD,
             )
+        events = None
+        if settings.KSSCHED_PLACEMENT_EVENTS:
+            events = PlacementEvents(
+                api,
+                rate=settings.KSSCHED_PLACEMENT_EVENTS_PER_SECOND,
+                burst=settings.KSSCHED_PLACEMENT_EVENTS_BURST,
+                instance=os.environ.get("POD_NAME") or socket.gethostname(),
+            )
         watcher = Watcher(
             api,
+            events=events,
             options=watch_options,
             heartbeat=Heartbeat(settings.KSSCHED_HEARTBEAT_PATH),
             watch_nodes=settings.KSSCHED_WATCH_NODES and not options["no_nodes"],

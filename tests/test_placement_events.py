@@ -1,0 +1,186 @@
+"""Kubernetes Events on pipeline pods, written by the real `watch_pods` through the
+unmodified `kubernetes` client to the test API server, which validates and keeps
+them as the API server does."""
+
+import io
+import logging
+import signal
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from history.models import Placement
+from history.watcher import metrics
+from history.watcher.placement_events import TokenBucket
+from tests.fakeapi import FakeApiServer, StatusAction, make_pod
+from tests.helpers import place
+from tests.soak_watch import write_kubeconfig
+from tests.test_settings import run_manage
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LABEL = "jenkins-java-maven-myapp"
+
+
+@pytest.fixture
+def server():
+    with FakeApiServer(bookmark_interval=0.3) as fake:
+        yield fake
+
+
+def watch_once(server, tmp_path, **settings):
+    """One pass of `manage.py watch_pods --once` against the server."""
+    kubeconfig = str(write_kubeconfig(tmp_path, server.url))
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with override_settings(
+            KSSCHED_HEARTBEAT_PATH=str(tmp_path / "hb"),
+            KSSCHED_WATCHER_METRICS_PORT=0,
+            **settings,
+        ):
+            call_command(
+                "watch_pods",
+                kubeconfig=kubeconfig,
+                once=True,
+                no_nodes=True,
+                stdout=io.StringIO(),
+            )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def three_placements(server):
+    """History making n1 exact, n2 partial and n3 cold for LABEL; a pod on each."""
+    place("old-1", LABEL, "n1")
+    place("old-2", LABEL, "n1")
+    place("old-3", "jenkins-java-gradle-other", "n2")
+    for name, node in (("exact", "n1"), ("partial", "n2"), ("cold", "n3")):
+        server.add_pod(make_pod(f"build-{name}", label=LABEL, node=node))
+
+
+def event_requests(server):
+    return [r for r in server.requests if r.resource == "events"]
+
+
+def result_count(result):
+    return metrics.PLACEMENT_EVENTS.labels(result)._value.get()
+
+
+def test_an_event_says_where_the_pod_landed_and_why(server, tmp_path):
+    three_placements(server)
+    watch_once(server, tmp_path)
+    events = {e["regarding"]["name"]: e for e in server.objects("events")}
+    assert set(events) == {"build-exact", "build-partial", "build-cold"}
+    notes = {name: event["note"] for name, event in events.items()}
+    assert notes == {
+        "build-exact": f"Placed on n1: exact (pipeline {LABEL}); pipeline pods "
+        "before it on n1 by key: jenkins 2, java 2, maven 2, myapp 2",
+        "build-partial": f"Placed on n2: partial (pipeline {LABEL}); pipeline pods "
+        "before it on n2 by key: jenkins 1, java 1; none for maven, myapp",
+        "build-cold": f"Placed on n3: cold (pipeline {LABEL}); no history of its "
+        "keys on n3",
+    }
+    reasons = {name: event["reason"] for name, event in events.items()}
+    assert reasons == {
+        "build-exact": "WarmPlacement",
+        "build-partial": "PartialPlacement",
+        "build-cold": "ColdPlacement",
+    }
+    for name, event in events.items():
+        pod = server.get("pods", name)
+        assert event["apiVersion"] == "events.k8s.io/v1"
+        assert event["type"] == "Normal"
+        assert event["action"] == "Placed"
+        assert event["reportingController"] == "ks-scheduler-watcher"
+        assert event["reportingInstance"]
+        assert event["metadata"]["namespace"] == pod["metadata"]["namespace"]
+        assert event["regarding"] == {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": pod["metadata"]["namespace"],
+            "name": name,
+            "uid": pod["metadata"]["uid"],
+        }
+        # The reason follows what the ledger recorded.
+        warmth = Placement.objects.get(pod_uid=pod["metadata"]["uid"]).warmth
+        assert event["note"].startswith(
+            f"Placed on {pod['spec']['nodeName']}: {warmth}"
+        )
+
+
+def test_a_pod_already_in_the_ledger_gets_no_second_event(server, tmp_path):
+    three_placements(server)
+    watch_once(server, tmp_path)
+    assert len(server.objects("events")) == 3
+    server.compact()  # the next pass relists every pod
+    watch_once(server, tmp_path)
+    assert len(server.objects("events")) == 3
+    assert len(event_requests(server)) == 3
+
+
+def test_without_rbac_one_log_line_one_count_and_nothing_more(server, tmp_path, caplog):
+    server.inject(
+        StatusAction(403, "Forbidden", 'events.events.k8s.io is forbidden: User "x"'),
+        times=100,
+        verb="create",
+        resource="events",
+    )
+    three_placements(server)
+    forbidden = result_count("forbidden")
+    with caplog.at_level(logging.WARNING, logger="history.watcher"):
+        watch_once(server, tmp_path)
+    assert len(event_requests(server)) == 1
+    assert result_count("forbidden") == forbidden + 1
+    lines = [r for r in caplog.records if "placement Events" in r.getMessage()]
+    assert len(lines) == 1
+    assert "403" in lines[0].getMessage()
+    # The placements themselves are recorded.
+    assert Placement.objects.filter(name__startswith="build-").count() == 3
+
+
+def test_events_can_be_turned_off(server, tmp_path):
+    three_placements(server)
+    watch_once(server, tmp_path, KSSCHED_PLACEMENT_EVENTS=False)
+    assert event_requests(server) == []
+    assert Placement.objects.filter(name__startswith="build-").count() == 3
+
+
+def test_events_beyond_the_rate_are_dropped_and_counted(server, tmp_path):
+    for number in range(5):
+        server.add_pod(make_pod(f"build-{number}", label=LABEL, node="n1"))
+    dropped = result_count("dropped")
+    watch_once(
+        server,
+        tmp_path,
+        KSSCHED_PLACEMENT_EVENTS_PER_SECOND=0.001,
+        KSSCHED_PLACEMENT_EVENTS_BURST=2,
+    )
+    assert len(server.objects("events")) == 2
+    assert result_count("dropped") == dropped + 3
+
+
+def test_token_bucket_allows_the_burst_then_the_rate():
+    now = [0.0]
+    bucket = TokenBucket(rate=2.0, burst=3, clock=lambda: now[0])
+    assert [bucket.take() for _ in range(4)] == [True, True, True, False]
+    now[0] += 0.5  # one token back at 2 a second
+    assert [bucket.take(), bucket.take()] == [True, False]
+    now[0] += 100  # never more than the burst saved up
+    assert sum(bucket.take() for _ in range(10)) == 3
+    with pytest.raises(ValueError):
+        TokenBucket(rate=0, burst=1)
+
+
+def test_a_bad_event_rate_is_refused_at_startup(tmp_path):
+    result = run_manage(
+        ["check"],
+        {
+            "SECRET_KEY": "x" * 50,
+            "DATA_PATH": str(tmp_path / "db.sqlite3"),
+            "KSSCHED_PLACEMENT_EVENTS_PER_SECOND": "0",
+        },
+    )
+    assert result.returncode != 0
+    assert "KSSCHED_PLACEMENT_EVENTS_PER_SECOND" in result.stderr
