@@ -184,12 +184,12 @@ docs-check: $(VENV)/.dev-installed
 # shipped gunicorn config; table to stdout, JSON to bench-results/latest.json.
 # DATABASE_URL=postgres://... benchmarks against PostgreSQL instead of SQLite.
 bench: $(VENV)/.dev-installed
-	$(PY) -m tests.bench.run $(BENCH_ARGS)
+	$(PY) -m tools.bench.run $(BENCH_ARGS)
 
-# Prioritize on a history shaped like a large CI installation (tests/bench/cluster.py):
+# Prioritize on a history shaped like a large CI installation (tools/bench/cluster.py):
 # 1 M KeyNode rows, 5 000 nodes, labels at random, writes, running pods, node churn.
 bench-cluster: $(VENV)/.dev-installed
-	$(PY) -m tests.bench.cluster $(BENCH_ARGS)
+	$(PY) -m tools.bench.cluster $(BENCH_ARGS)
 
 # The watcher through >= 1000 pods with injected faults, ending with exact counts;
 # figures to stdout, JSON to var/soak-watch.json. SOAK_ARGS="--pods 5000" for more.

@@ -8,7 +8,7 @@ server and reports every figure as a ratio to it.
 
 import orjson
 
-from tests.bench.data import KEYNODE_ROWS, NODE_COUNT, PIPELINE_LABEL, keynode_rows
+from tools.bench.data import KEYNODE_ROWS, NODE_COUNT, PIPELINE_LABEL, keynode_rows
 
 
 def _scores() -> dict[str, int]:

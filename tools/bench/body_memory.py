@@ -1,6 +1,6 @@
 """Peak memory of an extender worker for the largest bodies it accepts (Linux only).
 
-    python -m tests.bench.body_memory [--limit 16777216]
+    python -m tools.bench.body_memory [--limit 16777216]
 
 Starts `python -m kssched.serve` (3 web workers, 1 extender worker) on free loopback
 ports, prints the idle resident memory of every process, then sends, one at a time, the
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.bench import data
 from tests.servers import free_port, wait_for_port
+from tools.bench import data
 
 REPO = Path(__file__).resolve().parent.parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -96,8 +96,8 @@ def bodies(limit: int) -> list[tuple[str, str, bytes]]:
         return b'{"Pod":{},"Nodes":{"items":[],"x":[' + values + b"]}}"
 
     return [
-        ("full Nodes, tests/bench/data.py, filter", filter_path, generated),
-        ("full Nodes, tests/bench/data.py, prioritize", prioritize_path, generated),
+        ("full Nodes, tools/bench/data.py, filter", filter_path, generated),
+        ("full Nodes, tools/bench/data.py, prioritize", prioritize_path, generated),
         ("full Nodes, recorded fixture, filter", filter_path, fixture),
         ("numbers, densest accepted, filter", filter_path, numbers(int(limit * 0.87))),
         ("numbers, at the limit, filter", filter_path, numbers(limit - 64)),

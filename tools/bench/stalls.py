@@ -1,9 +1,9 @@
 """Calls and probes while stalled clients hold connections, on either listener.
 
-    python -m tests.bench.stalls web --held 3 [--kind idle|head] [--tls]
-    python -m tests.bench.stalls bodies --held 5
-    python -m tests.bench.stalls tls --held 2
-    python -m tests.bench.stalls throughput --clients 8
+    python -m tools.bench.stalls web --held 3 [--kind idle|head] [--tls]
+    python -m tools.bench.stalls bodies --held 5
+    python -m tools.bench.stalls tls --held 2
+    python -m tools.bench.stalls throughput --clients 8
 
 Starts ks-scheduler as deployed (`python -m kssched.serve`) on free loopback ports.
 

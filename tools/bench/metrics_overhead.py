@@ -1,7 +1,7 @@
 """What the extender middleware (loopback rule + metrics) costs on prioritize.
 
-    python -m tests.bench.metrics_overhead                      # in-process metrics
-    PROMETHEUS_MULTIPROC_DIR=$(mktemp -d) python -m tests.bench.metrics_overhead
+    python -m tools.bench.metrics_overhead                      # in-process metrics
+    PROMETHEUS_MULTIPROC_DIR=$(mktemp -d) python -m tools.bench.metrics_overhead
 
 Posts a 1000-name prioritize body through DRF's APIClient, 2000 times with
 `kssched.middleware.ExtenderMiddleware` and 2000 times without it, in alternating

@@ -1,6 +1,6 @@
 """Prioritize latency while stalled clients hold connections to the pod port.
 
-    python -m tests.bench.slow_clients [--stalled 20] [--seconds 60] [--one-listener]
+    python -m tools.bench.slow_clients [--stalled 20] [--seconds 60] [--one-listener]
 
 Starts ks-scheduler as deployed (`python -m kssched.serve`: the web listener and the
 loopback extender listener, each with its own workers) on free loopback ports, opens

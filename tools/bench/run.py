@@ -1,6 +1,6 @@
 """`make bench`: the extender under gunicorn, side by side with the floor.
 
-    python -m tests.bench.run [--quick] [--backends sqlite,postgres]
+    python -m tools.bench.run [--quick] [--backends sqlite,postgres]
                               [--out bench-results/latest.json]
 
 Starts servers on loopback ports, all with kssched/gunicorn_conf.py as the extender
@@ -8,7 +8,7 @@ listener (KSSCHED_LISTENER=extender, as kube-scheduler reaches it): ks-scheduler
 itself (against a fresh database holding 100 000 KeyNode rows: SQLite by default,
 DATABASE_URL when set; `--backends sqlite,postgres` runs both, the PostgreSQL one
 on DATABASE_URL, and prints them side by side) and the floor app
-(tests/bench/floor.py). For filter and prioritize, at 100, 1000 and 5000 nodes,
+(tools/bench/floor.py). For filter and prioritize, at 100, 1000 and 5000 nodes,
 with node names and with full Node objects, it measures:
 
 - serial latency (p50, p90, p99), one request at a time as kube-scheduler sends
@@ -40,8 +40,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.bench import data
 from tests.servers import free_port, wait_for_port
+from tools.bench import data
 
 REPO = Path(__file__).resolve().parent.parent.parent
 FILTER_PATH = "/scheduler/predicates/alwaystrue"
@@ -276,7 +276,7 @@ def prepare_database(env: dict) -> str:
     """Migrate a fresh database and load the benchmark history, in a subprocess
     (one Django set-up per backend); return its vendor."""
     result = subprocess.run(
-        [sys.executable, "-m", "tests.bench.run", "--prepare"],
+        [sys.executable, "-m", "tools.bench.run", "--prepare"],
         env=env,
         cwd=REPO,
         check=True,
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     floor_env = {k: v for k, v in env.items() if k != "DATABASE_URL"}
     floor_env["PROMETHEUS_MULTIPROC_DIR"] = str(workdir / "prometheus-floor")
     floor, floor_port = start_gunicorn(
-        "tests.bench.floor:application", floor_env, workdir / "floor.log"
+        "tools.bench.floor:application", floor_env, workdir / "floor.log"
     )
     runs: list[dict] = []
     for backend in backends:

@@ -1,6 +1,6 @@
 """`make bench-cluster`: prioritize on a history shaped like a large CI installation.
 
-    python -m tests.bench.cluster [--rows 1000000] [--labels 10000] [--quick]
+    python -m tools.bench.cluster [--rows 1000000] [--labels 10000] [--quick]
                                   [--backends sqlite,postgres]
 
 The shape: 17 general keys (CI systems, languages, tools) on every one of 5 000
@@ -39,8 +39,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.bench import data
-from tests.bench.run import (
+from tools.bench import data
+from tools.bench.run import (
     PRIORITIZE_PATH,
     REPO,
     build_request,
@@ -316,7 +316,7 @@ def run_backend(vendor: str, env: dict, floor: int, options, workdir: Path) -> d
             [
                 sys.executable,
                 "-m",
-                "tests.bench.cluster",
+                "tools.bench.cluster",
                 "--write",
                 str(seconds),
                 "--labels",
@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     floor_env = server_env(workdir)
     floor_env.pop("DATABASE_URL", None)
     floor, floor_port = start_gunicorn(
-        "tests.bench.floor:application", floor_env, workdir / "floor.log"
+        "tools.bench.floor:application", floor_env, workdir / "floor.log"
     )
     results = {}
     try:
@@ -464,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     sys.executable,
                     "-m",
-                    "tests.bench.cluster",
+                    "tools.bench.cluster",
                     "--prepare",
                     "--rows",
                     str(options.rows),
@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     sys.executable,
                     "-m",
-                    "tests.bench.cluster",
+                    "tools.bench.cluster",
                     "--idle",
                     "--labels",
                     str(options.labels),
