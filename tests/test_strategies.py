@@ -388,8 +388,15 @@ def test_kept_key_scores_equal_warm_scores_at_every_instant():
     rules = WarmRules()
 
     def weigh(rows, now):
+        # As recency.weigh: a row made by hand (no recency state) weighs its count.
         return [
-            (key, count, decayed_weight(weight=w, at=at, now=now, half_life=half_life))
+            (
+                key,
+                count,
+                decayed_weight(weight=w, at=at, now=now, half_life=half_life)
+                if at
+                else float(count),
+            )
             for key, count, w, at in rows
         ]
 
@@ -418,6 +425,11 @@ def test_kept_key_scores_equal_warm_scores_at_every_instant():
                         continue
                     half = rng.randrange(high - low) + 0.5
                     target = rules.saturation * half / (high - low - half)
+                elif kind < 0.8:
+                    # Made by hand (no recency state): the same weight at every
+                    # instant, its band position often exactly a half-integer.
+                    rows.append((key, rng.randint(1, 3), 0.0, 0.0))
+                    continue
                 else:
                     rows.append((key, count, rng.uniform(0, count), start - 9 * DAY))
                     continue

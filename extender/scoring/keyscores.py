@@ -35,7 +35,6 @@ from extender.scoring.rules import (
     load_allowed,
     seed_score,
     warm_band,
-    warm_penalties,
     warm_steps,
 )
 from history.reader.model import KeyRows, LabelHistory, positions, row_counts
@@ -162,22 +161,27 @@ class WarmKey:
             return
         rules = self.rules
         start, end, half_life = self.start, self.end, self.half_life
+        constant = None
         if not at:
-            early = late = float(count)
+            constant = float(count)
         elif at >= end or (start - at) / half_life >= MAX_HALVINGS:
-            early = late = min(
+            constant = min(
                 decayed_weight(weight=weight, at=at, now=start, half_life=half_life),
                 count,
             )
-        else:
-            early = min(
-                decayed_weight(weight=weight, at=at, now=start, half_life=half_life),
-                count,
-            )
-            late = min(
-                decayed_weight(weight=weight, at=at, now=end, half_life=half_life),
-                count,
-            )
+        if constant is not None:
+            # The same weight at every instant: scored as `rules.warm_steps` does.
+            if constant >= rules.min_weight:
+                self.base[node] = self.low + round(
+                    constant / (constant + rules.saturation) * (self.high - self.low)
+                )
+            return
+        early = min(
+            decayed_weight(weight=weight, at=at, now=start, half_life=half_life), count
+        )
+        late = min(
+            decayed_weight(weight=weight, at=at, now=end, half_life=half_life), count
+        )
         base = warm_settled(early, late, self.low, self.high, rules)
         if base is None:
             self.unsettled.add(node)
@@ -301,24 +305,15 @@ def warm_fast(
     loaded = (loaded & asked) - special
     changed = warm_exact(history, special, nodes, now, half_life, rules, policy)
     if loaded:
-        # Settled nodes under load: their base and band are known.
+        # Settled nodes under load, with no pod of the label and no rule: only the
+        # load penalty applies (`warm_penalties` with no active pod, weight 1).
         bases = dict(zip(nodes, scores, strict=True))
-        active = history.active
+        assert allowed is not None
+        factor = rules.load_penalty
         for node in loaded:
-            low = NO_HISTORY_SCORE
-            for value in reversed(kept):
-                if node in value.base:
-                    low = value.low
-                    break
-            changed[node] = warm_penalties(
-                bases[node],
-                low,
-                active.get(node, 0),
-                busy[node] - allowed,  # type: ignore[operator]
-                None,
-                policy,
-                rules,
-            )[3]
+            base = bases[node]
+            load = round(factor * (busy[node] - allowed))
+            changed[node] = base - min(load, max(0, base - NO_HISTORY_SCORE))
     return list(map(changed.get, nodes, scores))
 
 
