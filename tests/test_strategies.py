@@ -517,3 +517,35 @@ def test_kept_key_scores_are_bounded_per_key_across_time_windows():
         )
     assert len(kept.derived["ci"]) == memo_module.MAX_TAGS
     assert kept.bytes == sum(entry[3] for entry in kept.derived["ci"].values())
+
+
+def test_combined_label_scores_are_bounded_in_bytes(monkeypatch):
+    """Labels called again keep their keys' scores combined, within the bound."""
+    from history.reader import memo as memo_module
+
+    monkeypatch.setattr(memo_module, "MAX_COMBINED_BYTES", 3 * 50 * 64)
+    kept = KeyMemo()
+    rows = {f"n{i}": (3, 3.0, 0.0) for i in range(50)}
+    for label in range(10):
+        key = f"k{label}"
+        kept.start(key)
+        history = LabelHistory(
+            keys=("ci", key),
+            by_key={"ci": rows, key: {"n1": (2, 2.0, 0.0)}},
+            replaced={},
+            active={},
+            busy={},
+            memo=kept,
+        )
+        for _ in range(2):
+            scores = warm_fast(
+                history,
+                ["n0", "n1"],
+                now=1.7e9,
+                half_life=7 * DAY,
+                rules=RULES,
+                policy=NO_POLICY,
+            )
+        assert scores[1] > scores[0]
+    assert len(kept.labels) == 3
+    assert kept.labels_bytes == sum(entry[2] for entry in kept.labels.values())

@@ -21,7 +21,7 @@ the integer (tests/test_strategies.py holds them equal).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from itertools import repeat
 
 from extender.scoring.rules import (
@@ -59,6 +59,34 @@ def combine(
         if scores:
             found = list(map(scores.get, nodes, found))
     return found
+
+
+def combined(
+    history: LabelHistory,
+    nodes: Sequence[str],
+    tag: Hashable,
+    maps: Sequence[Mapping[str, int]],
+) -> list[int]:
+    """`combine` for a label's keys, through the label's combined mapping where the
+    store keeps one (a label called again: one lookup per node, not one per key)."""
+    memo = history.memo
+    if memo is not None:
+        keys = sorted(maps_keys(history))
+        value = memo.combined(
+            [key for _, key in keys],
+            tag,
+            memo.versions([key for _, key in keys]),
+            lambda: maps,
+        )
+        if value is not None:
+            return list(map(value.get, nodes, repeat(NO_HISTORY_SCORE)))
+    return combine(nodes, maps, NO_HISTORY_SCORE)
+
+
+def maps_keys(history: LabelHistory) -> list[tuple[int, str]]:
+    """(position, key) of a label's distinct keys, general to specific."""
+    where = positions(history.keys)
+    return [(where[key], key) for key in where]
 
 
 # --- seed ---------------------------------------------------------------------------
@@ -103,7 +131,7 @@ def seed_fast(history: LabelHistory, nodes: Sequence[str]) -> list[int]:
             )
 
         maps.append(history.derive(key, ("seed", index, segments), build, update))
-    return combine(nodes, maps, NO_HISTORY_SCORE)
+    return combined(history, nodes, ("seed", segments), maps)
 
 
 # --- warm ---------------------------------------------------------------------------
@@ -282,7 +310,12 @@ def warm_fast(
 
         tag = ("warm", index, segments, rules, half_life, start)
         kept.append(history.derive(key, tag, build, update))
-    scores = combine(nodes, [value.base for value in kept], NO_HISTORY_SCORE)
+    scores = combined(
+        history,
+        nodes,
+        ("warm", segments, rules, half_life, start),
+        [value.base for value in kept],
+    )
     # Nodes whose kept score may not be theirs: weights near a threshold, pods of
     # the label, load above the mean, pinned or banned.
     special: set[str] = set(history.active)
