@@ -89,11 +89,14 @@ class DeadlineSocket:
         self._sock = sock
         self._deadline = deadline
         self._buffered = buffered
+        # Where the next read of `buffered` starts: the rest is never copied again.
+        self._offset = 0
 
     def recv(self, size: int, *flags) -> bytes:
-        if self._buffered:
-            data, self._buffered = self._buffered[:size], self._buffered[size:]
-            return data
+        if self._offset < len(self._buffered):
+            start = self._offset
+            self._offset = start + size
+            return self._buffered[start : start + size]
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
             raise ReadTimeout()

@@ -43,6 +43,23 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture
+def warm():
+    """The `warm` strategy, an empty webhook steering memory and no cached pipeline
+    pool (both live per process)."""
+    from django.test import override_settings
+
+    from extender.scoring.steering import process_memory
+    from history.reader.pool import database_pool
+
+    process_memory().clear()
+    database_pool.clear()
+    with override_settings(KSSCHED_SCORING="warm"):
+        yield
+    process_memory().clear()
+    database_pool.clear()
+
+
+@pytest.fixture
 def gunicorn_server(transactional_db):
     """A real gunicorn serving the test database; yields its base URL."""
     with run_gunicorn() as (url, _process):

@@ -8,13 +8,10 @@ import orjson
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.test import override_settings
 
-from extender.scoring.steering import process_memory
 from history.ledger import increment_key_nodes
 from history.models import KeyNode, NodePolicy
 from history.nodenames import is_valid_node_name
-from history.reader.pool import database_pool
 
 pytestmark = pytest.mark.django_db
 
@@ -27,16 +24,6 @@ def admin_client(client):
     admin = User.objects.create_superuser("admin", "admin@example.com", None)
     client.force_login(admin)
     return client
-
-
-@pytest.fixture
-def warm():
-    process_memory().clear()
-    database_pool.clear()
-    with override_settings(KSSCHED_SCORING="warm"):
-        yield
-    process_memory().clear()
-    database_pool.clear()
 
 
 def test_the_rule_is_kubernetes_dns_subdomain():

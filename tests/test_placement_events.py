@@ -13,9 +13,8 @@ from django.test import override_settings
 from history.models import Placement
 from history.watcher import metrics
 from history.watcher.placement_events import TokenBucket
-from tests.fakeapi import FakeApiServer, StatusAction, make_pod
+from tests.fakeapi import FakeApiServer, StatusAction, make_pod, write_kubeconfig
 from tests.helpers import place
-from tests.soak_watch import write_kubeconfig
 from tests.test_settings import run_manage
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,7 +18,6 @@ from rest_framework.test import APIClient
 from extender.scoring.steering import process_memory
 from history.ledger import increment_key_nodes, record_placement
 from history.models import NodePolicy
-from history.reader.pool import database_pool
 from tests.fakeapi import make_pod
 
 URL = "/webhook/mutate"
@@ -28,17 +27,6 @@ PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 SCHEMA_VERSIONS = ("1.25", kubernetes_validate.latest_version())
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("warm")]
-
-
-@pytest.fixture
-def warm():
-    """The `warm` strategy, an empty steering memory and no cached pool."""
-    process_memory().clear()
-    database_pool.clear()
-    with override_settings(KSSCHED_SCORING="warm"):
-        yield
-    process_memory().clear()
-    database_pool.clear()
 
 
 @pytest.fixture

@@ -9,26 +9,14 @@ import orjson
 import pytest
 from django.conf import settings
 from django.db import connection
-from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from extender.scoring.steering import process_memory
 from extender.webhook import MAX_STEERED_PER_LABEL
 from history.ledger import increment_key_nodes
-from history.reader.pool import database_pool
 from tests.helpers import run_gunicorn
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def warm():
-    process_memory().clear()
-    database_pool.clear()
-    with override_settings(KSSCHED_SCORING="warm"):
-        yield
-    process_memory().clear()
-    database_pool.clear()
 
 
 def pod(label):

@@ -27,6 +27,7 @@ stdout and everything to bench-results/cluster.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import statistics
@@ -64,6 +65,7 @@ TARGETS = {
 }
 
 
+@functools.cache
 def live_nodes() -> list[str]:
     return data.node_names(NODES)
 
@@ -157,6 +159,18 @@ def prepare(rows: int, pipelines: int) -> str:
     return vendor
 
 
+def timed_placement(uid: str, rng: random.Random, pipelines: int) -> float:
+    """Record one placement of a random pipeline on a random live node; its cost."""
+    from history import ledger
+
+    label, node = pipeline(rng.randrange(pipelines)), rng.choice(live_nodes())
+    before = time.perf_counter()
+    ledger.record_placement(
+        pod_uid=uid, namespace="ci", name=uid, label=label, node=node
+    )
+    return time.perf_counter() - before
+
+
 def write(seconds: float, rate: float, pipelines: int, out: str) -> None:
     """Record `rate` placements a second for `seconds` (finishing the oldest
     running pods as many), then write record_placement's timings to `out`."""
@@ -168,7 +182,6 @@ def write(seconds: float, rate: float, pipelines: int, out: str) -> None:
     from history.models import Placement
 
     rng = random.Random(11)
-    nodes = live_nodes()
     running = list(
         Placement.objects.filter(finished_at__isnull=True)
         .order_by("id")
@@ -182,15 +195,7 @@ def write(seconds: float, rate: float, pipelines: int, out: str) -> None:
         if (pause := due - time.monotonic()) > 0:
             time.sleep(pause)
         uid = f"write-{os.getpid()}-{index}"
-        before = time.perf_counter()
-        ledger.record_placement(
-            pod_uid=uid,
-            namespace="ci",
-            name=uid,
-            label=pipeline(rng.randrange(pipelines)),
-            node=rng.choice(nodes),
-        )
-        timings.append(time.perf_counter() - before)
+        timings.append(timed_placement(uid, rng, pipelines))
         running.append(uid)
         ledger.finish_placement(pod_uid=running.pop(0))
         index += 1
@@ -208,19 +213,10 @@ def idle_record_cost(pipelines: int) -> list[float]:
         finished_at=timezone.now()
     )
     rng = random.Random(13)
-    nodes = live_nodes()
     timings = []
     for index in range(300):
         uid = f"idle-{index}"
-        before = time.perf_counter()
-        ledger.record_placement(
-            pod_uid=uid,
-            namespace="ci",
-            name=uid,
-            label=pipeline(rng.randrange(pipelines)),
-            node=rng.choice(nodes),
-        )
-        timings.append(time.perf_counter() - before)
+        timings.append(timed_placement(uid, rng, pipelines))
         ledger.finish_placement(pod_uid=uid)
     return timings
 

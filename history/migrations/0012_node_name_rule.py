@@ -13,7 +13,7 @@ NODE_NAME_RULE = (
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("history", "0012_node_gone_reason"),
+        ("history", "0011_countadjustment_reasons"),
     ]
 
     operations = [
