@@ -30,9 +30,11 @@ from extender.scoring.rules import (
     SEED_COUNT_CLAMP,
     Policy,
     WarmRules,
+    band_position,
     best_segment,
     excess_load,
     load_allowed,
+    load_points,
     seed_score,
     warm_band,
     warm_steps,
@@ -201,7 +203,7 @@ class WarmKey:
             # The same weight at every instant: scored as `rules.warm_steps` does.
             if constant >= rules.min_weight:
                 self.base[node] = self.low + round(
-                    constant / (constant + rules.saturation) * (self.high - self.low)
+                    band_position(constant, self.low, self.high, rules)
                 )
             return
         early = min(
@@ -247,7 +249,7 @@ def warm_settled(
         return None
     rounded = set()
     for weight in (early, late):
-        position = weight / (weight + rules.saturation) * (high - low)
+        position = band_position(weight, low, high, rules)
         if abs(position - int(position) - 0.5) < _MARGIN:
             return None
         rounded.add(round(position))
@@ -342,11 +344,9 @@ def warm_fast(
         # load penalty applies (`warm_penalties` with no active pod, weight 1).
         bases = dict(zip(nodes, scores, strict=True))
         assert allowed is not None
-        factor = rules.load_penalty
         for node in loaded:
             base = bases[node]
-            load = round(factor * (busy[node] - allowed))
-            changed[node] = base - min(load, max(0, base - NO_HISTORY_SCORE))
+            changed[node] = base - load_points(base, busy[node] - allowed, rules)
     return list(map(changed.get, nodes, scores))
 
 

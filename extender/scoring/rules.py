@@ -189,6 +189,18 @@ def best_segment(
     return best
 
 
+def band_position(weight: float, low: int, high: int, rules: WarmRules) -> float:
+    """Where a weight sits in its band, 0 .. high - low: w / (w + saturation) of it.
+    The base score is `low + round(band_position(...))`."""
+    return weight / (weight + rules.saturation) * (high - low)
+
+
+def load_points(score: int, excess: float, rules: WarmRules) -> int:
+    """The load penalty of a node scoring `score` (before it) that runs `excess`
+    pipeline pods beyond the allowed: never below the cold score."""
+    return min(round(rules.load_penalty * excess), max(0, score - NO_HISTORY_SCORE))
+
+
 def warm_steps(
     best: tuple[int, str, int, float] | None,
     segments: int,
@@ -207,7 +219,7 @@ def warm_steps(
     else:
         low, high = warm_band(index=best[0], segments=segments)
         weight = best[3]
-        base = low + round(weight / (weight + rules.saturation) * (high - low))
+        base = low + round(band_position(weight, low, high, rules))
     return warm_penalties(base, low, active, excess, rule, policy, rules)
 
 
@@ -237,9 +249,7 @@ def warm_penalties(
     hotspot = min(rules.hotspot_penalty * active, max(0, score - floor))
     # Load above the mean may take a node down to the cold score: cold, idle nodes
     # then win on kube-scheduler's resource scores and become warm in turn.
-    load = min(
-        round(rules.load_penalty * excess), max(0, score - hotspot - NO_HISTORY_SCORE)
-    )
+    load = load_points(score - hotspot, excess, rules)
     score -= hotspot + load
     if rule is not None:
         action, rule_key = rule

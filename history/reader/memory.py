@@ -77,11 +77,10 @@ class MemoryHistory:
     def read(
         self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:
-        """The label's history (see `LabelHistory`): every node of its keys, kept
-        current, whatever `nodes` asks about. Rows written straight into `rows`
-        (not through `place`) are seen because their key's memo starts on first
-        read after they are written only if the key is new: write through `place`.
-        """
+        """The label's history (see `LabelHistory`): every node of its keys,
+        whatever `nodes` asks about. Write rows through `place` once the store has
+        been read: a row written straight into `rows` then is not seen by what the
+        strategies keep per key."""
         unique = distinct_keys(keys)
         for key in unique:
             if key not in self.memo.epochs:

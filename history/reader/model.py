@@ -167,7 +167,7 @@ def rows_that_count(rows: Sequence[Row], since: float | None) -> Sequence[Row]:
     """
     if since is None:
         return rows
-    return tuple(row for row in rows if row[3] >= since)
+    return tuple(row for row in rows if row_counts(row[3], since))
 
 
 def row_counts(at: float, since: float | None) -> bool:
