@@ -88,10 +88,13 @@ _ADVANCE = (
     f"AND pending_at < clock_timestamp() - make_interval(secs => %s) "
     f"FOR UPDATE SKIP LOCKED)"
 )
+# The batch's ids are taken once, as an array: `id IN (SELECT ... LIMIT n)` can be
+# planned as the inner side of a nested loop, run again per outer row, and then
+# delete more than n rows.
 _DELETE_BELOW_HORIZON = (
-    f"DELETE FROM {CHANGE_TABLE} WHERE id IN (SELECT id FROM {CHANGE_TABLE} "
+    f"DELETE FROM {CHANGE_TABLE} WHERE id = ANY(ARRAY(SELECT id FROM {CHANGE_TABLE} "
     f"WHERE xid < (SELECT horizon FROM {HORIZON_TABLE} WHERE id = 1) "
-    f"LIMIT %s FOR UPDATE SKIP LOCKED)"
+    f"LIMIT %s FOR UPDATE SKIP LOCKED))"
 )
 
 
