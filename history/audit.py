@@ -14,7 +14,7 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import Count, Q, Sum
 
-from history.labels import distinct_keys, split_pipeline_label
+from history.labels import placement_keys
 from history.models import CountAdjustment, KeyNode, Placement
 from history.reader.pool import read_pool
 
@@ -53,7 +53,7 @@ def audit_counts() -> tuple[int, list[Drift]]:
             .annotate(rows=Count("id"))
             .order_by()
         ):
-            for key in distinct_keys(split_pipeline_label(label)):
+            for key in placement_keys(label):
                 placements[key, node] = placements.get((key, node), 0) + rows
         for key, node, total in (
             CountAdjustment.objects.values_list("key", "node")
@@ -101,7 +101,7 @@ def prune_placements(
         for label, node, number in (
             rows.values_list("label", "node").annotate(number=Count("id")).order_by()
         ):
-            for key in distinct_keys(split_pipeline_label(label)):
+            for key in placement_keys(label):
                 removed[key, node] = removed.get((key, node), 0) + number
         deleted, _ = rows.delete()
         CountAdjustment.objects.bulk_create(

@@ -1,24 +1,30 @@
 """Recording placements: the ledger and the counts it drives.
 
 The watcher is the only caller in production. A placement is one ledger row per pod
-UID, and the KeyNode counts of its label's segments move in the same transaction,
+UID, and the KeyNode counts of its label's keys (`labels.placement_keys`: its
+segments and its label path) move in the same transaction,
 so a replay or relist changes nothing and `audit_counts` can prove every count.
 Counts only ever move through atomic SQL (`count = count + n`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from history.labels import distinct_keys, split_pipeline_label
+from history.labels import distinct_keys, path_keys, placement_keys
 from history.models import MAX_COUNT, KeyNode, Placement
 from history.reader.sql import SqlReader
-from history.recency import carried_weight_sql, halvings_sql
+from history.recency import (
+    WARM_MIN_WEIGHT,
+    carried_weight_sql,
+    halvings_sql,
+    weight_now,
+)
 
 
 def increment_key_nodes(
@@ -103,11 +109,11 @@ def record_placement(
 ) -> bool:
     """Record that pod `pod_uid` was placed on `node`; count it if it is new.
 
-    Returns True when the pod entered the ledger now (and every segment of `label`
-    was incremented on `node` in the same transaction), False when the UID was already
-    in the ledger (nothing changes: the label is frozen at first observation).
+    Returns True when the pod entered the ledger now (and every key of `label`,
+    `labels.placement_keys`, was incremented on `node` in the same transaction),
+    False when the UID was already in the ledger (nothing changes: the label is
+    frozen at first observation).
     """
-    keys = split_pipeline_label(label)
     now = timezone.now()
     with transaction.atomic():
         # get_or_create runs its INSERT in a savepoint, so a concurrent duplicate's
@@ -127,11 +133,11 @@ def record_placement(
         if created:
             # Warmth is judged from history as it stood before this pod counted.
             if not warmth:
-                placement.warmth = classify_warmth(keys=keys, node=node)
+                placement.warmth = classify_warmth(label=label, node=node, at=now)
                 Placement.objects.filter(pk=placement.pk).update(
                     warmth=placement.warmth
                 )
-            increment_key_nodes(keys=keys, node=node, now=now)
+            increment_key_nodes(keys=placement_keys(label), node=node, now=now)
     return created
 
 
@@ -192,19 +198,30 @@ def record_outcome(
     )
 
 
-def classify_warmth(*, keys: Sequence[str], node: str) -> str:
-    """How warm `node` is for a pod with label segments `keys`, from KeyNode rows.
+def classify_warmth(*, label: str, node: str, at: datetime | None = None) -> str:
+    """How warm `node` is for a pod of pipeline `label`, from its label-path rows.
 
-    "exact" when the most specific segment has history on the node, "partial" when
-    only a more general one has, "cold" otherwise (and for a pod without segments).
-    History from before a node replacement does not count.
+    "exact" when this very pipeline ran on the node, "partial" when a pipeline
+    sharing a leading run of its segments did (`jenkins-java-*` for
+    `jenkins-java-maven-app1`), "cold" otherwise (and for a pod without a label).
+    A run counts while its recency weight at `at` is at least
+    `recency.WARM_MIN_WEIGHT`, as `warm` counts it; history from before a node
+    replacement does not count. A shared later segment under another prefix is not
+    warmth.
     """
+    keys = path_keys(label)
     if not keys:
         return Placement.Warmth.COLD
+    now = (at or timezone.now()).timestamp()
     # In the caller's transaction: the plain statement, never a cache.
     # Only the node's rows: no running pods or policies, whatever runs elsewhere.
     history = SqlReader().node_history(keys=keys, node=node)
-    warm = {key for key, _, _, _ in history.rows_that_count(node)}
+    warm = {
+        key
+        for key, count, weight, placed_at in history.rows_that_count(node)
+        if weight_now(count=count, weight=weight, at=placed_at, now=now)
+        >= WARM_MIN_WEIGHT
+    }
     if keys[-1] in warm:
         return Placement.Warmth.EXACT
     if warm:

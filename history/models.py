@@ -23,23 +23,20 @@ MAX_COUNT = 10**9
 
 
 def validate_key(value: str) -> None:
-    """Refuse a KeyNode key that is not one segment of a pipeline label.
+    """Refuse a KeyNode key that no placement counts under (`labels.KEY_RULE`).
 
     Such a row could never match a pod (`history.labels.is_valid_key`).
     """
     if is_valid_key(value):
         return
-    if isinstance(value, str) and "-" in value:
-        message = (
-            "A key is one segment of the label: %(value)s holds '-'. Enter each "
-            "segment as its own row."
-        )
-    else:
-        message = (
-            "A key is one segment of the label: letters, digits, '_' and '.', "
-            "at most 63 characters; %(value)s is not."
-        )
-    raise ValidationError(message, code="invalid_key", params={"value": repr(value)})
+    raise ValidationError(
+        "A key is one segment of a label (letters, digits, '_' and '.', at most 63 "
+        "characters, no '-'), a label prefix ending in '-*' such as jenkins-java-*, "
+        "or a pipeline label ending in '$' such as jenkins-java-maven-app$; "
+        "%(value)s is none of these.",
+        code="invalid_key",
+        params={"value": repr(value)},
+    )
 
 
 def validate_node_name(value: str) -> None:
@@ -60,10 +57,12 @@ def validate_node_name(value: str) -> None:
 
 
 class KeyNode(models.Model):
-    """How often pods whose pipeline label contains `key` were placed on `node`.
+    """How often pods whose pipeline label counts under `key` were placed on `node`.
 
-    One row per (key, node). Written by the watcher through `history.ledger`; platform
-    engineers may edit `count` in the admin (recorded as a CountAdjustment).
+    One row per (key, node). A placement counts under each segment of its label and
+    each step of its label path (`history.labels.placement_keys`). Written by the
+    watcher through `history.ledger`; platform engineers may edit `count` in the
+    admin (recorded as a CountAdjustment).
     """
 
     key = models.CharField(
@@ -130,8 +129,11 @@ class Placement(models.Model):
         FAILED = "Failed", "failed"
 
     class Warmth(models.TextChoices):
-        EXACT = "exact", "exact (most specific segment warm)"
-        PARTIAL = "partial", "partial (a more general segment warm)"
+        EXACT = "exact", "exact (this pipeline ran on the node)"
+        PARTIAL = (
+            "partial",
+            "partial (a pipeline under a shared label prefix ran there)",
+        )
         COLD = "cold", "cold"
 
     pod_uid = models.CharField(max_length=64, unique=True)

@@ -17,6 +17,10 @@ from django.core.exceptions import ImproperlyConfigured
 # half-lives a weight stops falling.
 MAX_HALVINGS = 1000.0
 
+# A row whose weight has fallen below this no longer makes a node warm: `warm`'s
+# default `min_weight` and the ledger's warmth (`ledger.classify_warmth`).
+WARM_MIN_WEIGHT = 0.1
+
 # A history row: (key, count, decayed_weight, decayed_at in Unix seconds).
 Row = tuple[str, int, float, float]
 # A row weighed at one instant: (key, count, weight).

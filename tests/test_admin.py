@@ -22,7 +22,7 @@ from django.utils import timezone
 from extender.scoring.strategies import get_strategy
 from history.audit import audit_counts
 from history.corrections import create_key_node
-from history.labels import split_pipeline_label
+from history.labels import placement_keys
 from history.models import (
     MAX_COUNT,
     CountAdjustment,
@@ -236,7 +236,7 @@ def audit_drift():
             for label in Placement.objects.filter(node=row.node).values_list(
                 "label", flat=True
             )
-            if row.key in split_pipeline_label(label)
+            if row.key in placement_keys(label)
         )
         adjusted = (
             CountAdjustment.objects.filter(key=row.key, node=row.node).aggregate(

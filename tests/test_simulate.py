@@ -117,7 +117,7 @@ def test_simulated_webhook_spreads_a_burst_with_one_memory():
     history = MemoryHistory(half_life=3600.0)
     for node in ("n0", "n1", "n2"):
         for _ in range(4):
-            history.place(keys=["ci", "app"], label="ci-app", node=node, now=0.0)
+            history.place(label="ci-app", node=node, now=0.0)
             history.finish(label="ci-app", node=node)
     one = admissions(history, workers=1)
     heaviest = [next(iter(one.admit("ci-app", 100.0))) for _ in range(6)]
@@ -141,16 +141,16 @@ def test_the_extender_changes_placements():
 
 def test_memory_history_mirrors_the_database_rules():
     history = MemoryHistory(half_life=3600.0)
-    history.place(keys=["a", "b"], label="a-b", node="n1", now=0.0)
-    history.place(keys=["a", "b"], label="a-b", node="n1", now=3600.0)
+    history.place(label="a-b", node="n1", now=0.0)
+    history.place(label="a-b", node="n1", now=3600.0)
     read = history.read(keys=["a", "b"], label="a-b", nodes=["n1", "n2"])
-    data = warm_inputs(read, ["n1", "n2"], 3600.0, 3600.0)
+    data = warm_inputs(read, None, ["n1", "n2"], 3600.0, 3600.0)
     assert data["active"] == {"n1": 2} and data["busy"] == {"n1": 2}
     assert dict((k, w) for k, _, w in data["history"]["n1"]) == {"a": 1.5, "b": 1.5}
     history.replace(node="n1", now=4000.0)
     read = history.read(keys=["a", "b"], label="a-b", nodes=["n1"])
     # Rows from before the replacement do not count: nothing is left to weigh.
-    assert warm_inputs(read, ["n1"], 5000.0, 3600.0)["history"] == {}
+    assert warm_inputs(read, None, ["n1"], 5000.0, 3600.0)["history"] == {}
     # The seed formula predates node replacement: every row counts.
     assert seed_matches(keys=["a", "b"], rows=read.rows, nodes=["n1"]) == {"n1": (1, 2)}
     history.finish(label="a-b", node="n1")

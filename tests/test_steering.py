@@ -105,7 +105,7 @@ def memory_cluster():
         ("n3", ["ci"], 5),
     ]:
         for _ in range(times):
-            history.place(keys=keys, label="-".join(keys), node=node, now=0.0)
+            history.place(label="-".join(keys), node=node, now=0.0)
             history.finish(label="-".join(keys), node=node)
     return history
 
@@ -141,7 +141,7 @@ def test_plan_names_the_warm_nodes_heaviest_first():
 
 def test_equal_weights_go_to_the_node_with_fewer_pipeline_pods_first():
     history = memory_cluster()
-    history.place(keys=["go"], label="go", node="n1", now=50.0)
+    history.place(label="go", node="n1", now=50.0)
     assert plan(history).target == "n2"
 
 
@@ -160,7 +160,7 @@ def test_the_pool_sets_the_mean_of_the_load_rule():
     against the mean of a pool of idle nodes."""
     history = memory_cluster()
     for _ in range(3):
-        history.place(keys=["go"], label="go", node="n1", now=50.0)
+        history.place(label="go", node="n1", now=50.0)
     alone = {t.node: t.score for t in plan(history).terms}
     pool = [f"idle{i}" for i in range(7)]
     pooled = {t.node: t.score for t in plan(history, pool=pool).terms}

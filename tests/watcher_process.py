@@ -168,11 +168,11 @@ def hold_write_lock(seconds: float):
 
 def expected_counts(placed: dict[str, tuple[str, str]]) -> Counter:
     """KeyNode counts for {uid: (label at binding, node)}."""
-    from history.labels import distinct_keys, split_pipeline_label
+    from history.labels import placement_keys
 
     counts: Counter = Counter()
     for label, node in placed.values():
-        for key in distinct_keys(split_pipeline_label(label)):
+        for key in placement_keys(label):
             counts[key, node] += 1
     return counts
 

@@ -12,7 +12,7 @@ from itertools import repeat
 from typing import Any
 
 from history.reader import Policies
-from history.recency import Row
+from history.recency import WARM_MIN_WEIGHT, Row
 
 MIN_SCORE = 0
 MAX_SCORE = 10
@@ -124,7 +124,7 @@ class WarmRules:
 
     saturation: float = 1.0
     hotspot_penalty: int = 2
-    min_weight: float = 0.1
+    min_weight: float = WARM_MIN_WEIGHT
     load_penalty: float = 3.0
     load_slack: float = 0.1
 

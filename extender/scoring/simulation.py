@@ -3,10 +3,13 @@
 The model, in brief:
 
 * N nodes, each with `cpu` cores and an LRU cache of `cache_slots` workspaces. A
-  workspace is one label segment (`java`, `java1`, `p17`): a pod whose most specific
-  segment is cached starts on an exact hit, one with only a more general segment
-  cached on a partial hit, otherwise cold. Starting touches every segment, so a
-  busy node evicts what it has not used for a while, as real build caches do.
+  workspace is one step of a label's path (`labels.path_keys`): what pipelines
+  under `java-*` or `java-javamaven-*` share (toolchains, images, dependency
+  caches), and the pipeline's own (`java-javamaven-p17$`). A pod whose own
+  workspace is cached starts on an exact hit, one with only a shared prefix cached
+  on a partial hit, otherwise cold: the ledger's definition of warmth. Starting
+  touches every step, so a busy node evicts what it has not used for a while, as
+  real build caches do.
 * P pipelines with Zipf popularity and labels `<language>-<tool>-<pipeline>`. Runs
   arrive as a Poisson process; a run is a fan-out burst of 1..`fanout` pods (with
   probability `fanout_share`, else one pod). A pod runs `base` seconds (exponential
@@ -56,6 +59,7 @@ from extender.scoring.scenarios import (
     synthetic_workload,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
+from history.labels import path_keys
 from history.outcomes import WARMTHS, format_sections, summarize
 from history.reader.memory import MemoryHistory
 
@@ -185,16 +189,17 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
                 best.append(i)
         chosen = best[0] if len(best) == 1 else rng.choice(best)
         cache = caches[chosen]
-        if pod.keys[-1] in cache:
+        workspaces = path_keys(pod.label)
+        if workspaces[-1] in cache:
             level, extra = "exact", 0.0
-        elif any(key in cache for key in pod.keys[:-1]):
+        elif any(key in cache for key in workspaces[:-1]):
             level, extra = "partial", scenario.partial_extra
         else:
             level, extra = "cold", scenario.cold_extra
         warmth[level] += 1
         timings[level].append(("Succeeded", extra, pod.base))
         saved += scenario.cold_extra - extra
-        for key in pod.keys:
+        for key in workspaces:
             cache[key] = None
             cache.move_to_end(key)
         while len(cache) > scenario.cache_slots:
@@ -205,7 +210,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         duration = pod.base + extra
         load[chosen] += pod.cpu * duration
         waits.append(now - pod.arrived)
-        history.place(keys=pod.keys, label=pod.label, node=names[chosen], now=now)
+        history.place(label=pod.label, node=names[chosen], now=now)
         heapq.heappush(events, (now + duration, sequence, "finish", (pod, chosen)))
         sequence += 1
         return True

@@ -128,20 +128,23 @@ def with_steered(history: LabelHistory, steered: Mapping[str, int]) -> LabelHist
     return replace(history, active=active)
 
 
-@dataclass(frozen=True, slots=True)
 class FixedReader:
     """A HistoryReader that answers every read with one LabelHistory read before.
 
-    The webhook reads the label once (every node with history) and hands the value,
-    steered pods included, to the strategy; the strategy's own read gets it back.
-    Its rows cover every node the strategy is asked about.
+    The webhook reads the label once (every node with history, the keys the
+    strategy reads: `Strategy.keys_of`) and hands the value, steered pods included,
+    to the strategy; the strategy's own read gets it back. Its rows cover every
+    node the strategy is asked about.
     """
 
-    history: LabelHistory
+    def __init__(self) -> None:
+        self.history: LabelHistory | None = None
 
     def read(
         self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:
+        if self.history is None:
+            raise RuntimeError("FixedReader read before its history was set")
         return self.history
 
     def pool(self, *, now: float, days: float) -> tuple[str, ...]:
@@ -213,18 +216,20 @@ def plan_terms(
     running pipeline pods, then by name. Raises DatabaseError when the history
     cannot be read.
     """
-    keys = split_pipeline_label(label)
-    if not keys:
+    if not split_pipeline_label(label):
         return Plan(label=label)
     now = time.time() if now is None else now
     window = settings.KSSCHED_WEBHOOK_MEMORY_SECONDS if window is None else window
     max_nodes = settings.KSSCHED_WEBHOOK_MAX_NODES if max_nodes is None else max_nodes
-    read = (reader or history_reader()).read(keys=keys, label=label or "", nodes=None)
+    fixed = FixedReader()
+    strategy = make_strategy(fixed) if make_strategy else get_strategy(reader=fixed)
+    read = (reader or history_reader()).read(
+        keys=strategy.keys_of(label), label=label or "", nodes=None
+    )
     steered = memory.steered(label or "", now=now, window=window)
     history = with_steered(read, steered)
+    fixed.history = history
     nodes = sorted(history.nodes() | _pinned(history) | set(pool))
-    fixed = FixedReader(history)
-    strategy = make_strategy(fixed) if make_strategy else get_strategy(reader=fixed)
     scores = strategy.score(label=label, nodes=nodes, now=now) if nodes else []
     busy = history.busy
 

@@ -20,19 +20,22 @@ from extender.scoring.rules import (
     MIN_SCORE,
     NO_HISTORY_SCORE,
     NO_POLICY,
+    Policy,
     WarmRules,
     resolve_policy,
     seed_matches,
     seed_score,
     warm_explain,
 )
-from history.labels import split_pipeline_label
+from history.labels import path_keys, split_pipeline_label
 from history.reader import HistoryReader, LabelHistory, history_reader
 from history.recency import half_life_seconds, weigh
 
 
 class Strategy(Protocol):
     name: str
+
+    def keys_of(self, label: str | None) -> list[str]: ...
 
     def score(
         self, *, label: str | None, nodes: list[str], now: float | None = None
@@ -59,6 +62,10 @@ class SeedStrategy:
 
     def __init__(self, reader: HistoryReader | None = None):
         self.reader = reader
+
+    def keys_of(self, label: str | None) -> list[str]:
+        """The keys `seed` reads for `label`: its segments."""
+        return split_pipeline_label(label)
 
     def score(
         self, *, label: str | None, nodes: list[str], now: float | None = None
@@ -134,33 +141,48 @@ class WarmStrategy:
         """Seconds per halving: as given, else KSSCHED_HALF_LIFE_DAYS."""
         return self.half_life or half_life_seconds()
 
+    def keys_of(self, label: str | None) -> list[str]:
+        """The keys `warm` reads for `label`: its label path (`labels.path_keys`)."""
+        return path_keys(label)
+
+    def read(
+        self, label: str | None, nodes: Sequence[str]
+    ) -> tuple[LabelHistory, Policy] | None:
+        """The label's path history on `nodes` and its policy (from the policies of
+        its segments), or None for a pod without a pipeline label."""
+        keys = path_keys(label)
+        if not keys:
+            return None
+        history = _read(self.reader, keys, label or "", nodes)
+        policy = resolve_policy(
+            keys=split_pipeline_label(label), policies=history.policies
+        )
+        return history, policy
+
     def inputs(
         self, *, label: str | None, nodes: Sequence[str], now: float | None = None
     ) -> dict[str, Any]:
         """The plain data `warm_scores` and `warm_explain` take, read at `now`."""
-        keys = split_pipeline_label(label)
-        if not keys:
-            return warm_inputs(None, nodes, 0.0, 1.0)
+        found = self.read(label, nodes)
+        if found is None:
+            return warm_inputs(None, None, nodes, 0.0, 1.0)
         now = time.time() if now is None else now
-        history = _read(self.reader, keys, label or "", nodes)
-        return warm_inputs(history, nodes, now, self._half_life())
+        return warm_inputs(*found, nodes, now, self._half_life())
 
     def score(
         self, *, label: str | None, nodes: list[str], now: float | None = None
     ) -> list[int]:
         """Integer scores 0..10 for `nodes`, in order, for a pod with `label`."""
-        keys = split_pipeline_label(label)
-        if not keys:
+        found = self.read(label, nodes)
+        if found is None:
             return [MIN_SCORE] * len(nodes)
+        history, policy = found
         now = time.time() if now is None else now
-        half_life = self._half_life()
-        history = _read(self.reader, keys, label or "", nodes)
-        policy = resolve_policy(keys=history.keys, policies=history.policies)
         return warm_fast(
             history,
             nodes,
             now=now,
-            half_life=half_life,
+            half_life=self._half_life(),
             rules=self.rules,
             policy=policy,
         )
@@ -170,16 +192,21 @@ class WarmStrategy:
     ) -> list[dict[str, Any]]:
         """Why each node gets its score: one dict per node, in order.
 
-        Keys: node, matched_segment, segment_index, raw_count, decayed_weight,
-        active_pods, excess_load, base_score, hotspot_penalty, load_penalty,
-        penalty, policy, score (see `rules.warm_explain`).
+        Keys: node, matched_segment (the label-path key that made the node warm),
+        segment_index, raw_count, decayed_weight, active_pods, excess_load,
+        base_score, hotspot_penalty, load_penalty, penalty, policy, score (see
+        `rules.warm_explain`).
         """
         data = self.inputs(label=label, nodes=nodes, now=now)
         return warm_explain(nodes=nodes, rules=self.rules, **data)
 
 
 def warm_inputs(
-    history: LabelHistory | None, nodes: Sequence[str], now: float, half_life: float
+    history: LabelHistory | None,
+    policy: Policy | None,
+    nodes: Sequence[str],
+    now: float,
+    half_life: float,
 ) -> dict[str, Any]:
     """The keyword arguments of `warm_scores`/`warm_explain` for `nodes`: the rows
     that count weighed at `now`, the active pods, the load and the policy."""
@@ -200,7 +227,7 @@ def warm_inputs(
         },
         "active": history.active,
         "busy": history.busy,
-        "policy": resolve_policy(keys=history.keys, policies=history.policies),
+        "policy": policy or NO_POLICY,
     }
 
 

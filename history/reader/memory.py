@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from history.labels import distinct_keys
+from history.labels import distinct_keys, placement_keys
 from history.reader.memo import KeyMemo
 from history.reader.model import LabelHistory, Policies
 from history.reader.pool import Pool
@@ -49,9 +49,10 @@ class MemoryHistory:
         replaced = {node for node, at in self.replaced.items() if at >= since}
         return sorted(placed | seen | replaced)
 
-    def place(self, *, keys: Sequence[str], label: str, node: str, now: float) -> None:
-        """Count one pod of `label` (segments `keys`) on `node` at `now`."""
-        for key in distinct_keys(keys):
+    def place(self, *, label: str, node: str, now: float) -> None:
+        """Count one pod of `label` on `node` at `now`, under every key the ledger
+        counts it under (`labels.placement_keys`)."""
+        for key in placement_keys(label):
             count, weight, at = self.rows.setdefault(key, {}).get(node, (0, 0.0, 0.0))
             weight, at = accumulate_decayed(
                 weight=weight, at=at, add=1.0, add_at=now, half_life=self.half_life

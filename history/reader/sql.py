@@ -17,7 +17,7 @@ import psycopg
 from django.db import connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
-from history.labels import distinct_keys
+from history.labels import distinct_keys, split_pipeline_label
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
 from history.reader.model import (
     LabelHistory,
@@ -34,16 +34,22 @@ NULL_REAL = "CAST(NULL AS DOUBLE PRECISION)"
 
 
 def history_sql(
-    *, keys: int = 0, rows_condition: str | None = None, running: bool = True
+    *,
+    keys: int = 0,
+    policy_keys: int = 0,
+    rows_condition: str | None = None,
+    running: bool = True,
 ) -> str:
     """One statement of (kind, first, second, third, number, real, real2) rows:
     running pods per (node, label), key and node policies, replaced nodes, and,
-    when `rows_condition` is given, the KeyNode rows it selects. `keys` > 0 limits
-    the rows and the policies to that many key parameters (given first, and again
-    for each policy table). `running` False leaves the running pods out."""
+    when `rows_condition` is given, the KeyNode rows it selects. `keys` limits the
+    rows to that many key parameters (given first, then the condition's), and
+    `policy_keys` > 0 the policies to that many (given again for each policy
+    table; 0: every policy). `running` False leaves the running pods out."""
     text, number, real = NULL_TEXT, NULL_NUMBER, NULL_REAL
     marks = ", ".join(["%s"] * keys)
-    only = f" WHERE key IN ({marks})" if keys else ""
+    policy_marks = ", ".join(["%s"] * policy_keys)
+    only = f" WHERE key IN ({policy_marks})" if policy_keys else ""
     parts = []
     if rows_condition is not None:
         parts.append(
@@ -93,10 +99,16 @@ class SqlReader:
         else:
             condition, param = nodes_condition("node", nodes)
             params.append(param)
+        # Policies belong to the label's segments, whichever keys are read.
+        policy_keys = distinct_keys([*unique, *split_pipeline_label(label)])
         found = decode(
             fetch_all(
-                history_sql(keys=len(unique), rows_condition=condition),
-                [*params, *unique, *unique],
+                history_sql(
+                    keys=len(unique),
+                    policy_keys=len(policy_keys),
+                    rows_condition=condition,
+                ),
+                [*params, *policy_keys, *policy_keys],
             ),
             as_timestamp,
         )

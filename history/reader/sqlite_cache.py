@@ -27,7 +27,7 @@ import time
 from django.db import DatabaseError, connection
 from django.db.backends.utils import CursorWrapper
 
-from history.labels import split_pipeline_label
+from history.labels import placement_keys
 from history.models import CountAdjustment, Placement
 from history.reader.cache import MAX_SYNC_PAIRS, CachedReader
 
@@ -105,7 +105,7 @@ class SqliteCacheReader(CachedReader):
         pairs: dict[str, set[str]] = {}
         for row_id, label, node in placements:
             self.placement_id = max(self.placement_id or 0, row_id)
-            for key in split_pipeline_label(label):
+            for key in placement_keys(label):
                 if self.is_cached(key):
                     pairs.setdefault(key, set()).add(node)
         for row_id, key, node in adjustments:

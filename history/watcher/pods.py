@@ -166,7 +166,7 @@ class PodHandler:
         outcome = IGNORED
         if decision.placement is not None:
             placement = decision.placement
-            keys = labels.split_pipeline_label(placement.label)
+            keys = labels.path_keys(placement.label)
             history = None
             if self.events is not None:
                 history = placement_events.history_if_new(
