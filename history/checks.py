@@ -28,7 +28,12 @@ def check_node_names(databases=None, **kwargs) -> list[checks.CheckMessage]:
         for model, where in ((KeyNode, "keys on nodes"), (NodePolicy, "node policies")):
             if model._meta.db_table not in tables:
                 continue
-            names = model.objects.using(alias).values_list("node", flat=True).distinct()
+            names = (
+                model.objects.using(alias)
+                .order_by()
+                .values_list("node", flat=True)
+                .distinct()
+            )
             bad = sorted(name for name in names if not is_valid_node_name(name))
             if not bad:
                 continue

@@ -44,6 +44,47 @@ def place(uid, label, node, *, ago=None, finished=False):
         finish_placement(pod_uid=uid)
 
 
+def ran(label, node, *, now=None, times=1):
+    """History as if `times` pods of `label` had run on `node` at `now`: every key a
+    placement counts under (`labels.placement_keys`), without ledger rows."""
+    from history.labels import placement_keys
+    from history.ledger import increment_key_nodes
+
+    for _ in range(times):
+        increment_key_nodes(keys=placement_keys(label), node=node, now=now)
+
+
+def watch_once(server, tmp_path, **settings):
+    """One pass of the real `manage.py watch_pods --once` against the test API
+    server `server` (list, then the events queued), with `settings` overridden."""
+    import io
+    import signal
+
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    from tests.fakeapi import write_kubeconfig
+
+    kubeconfig = str(write_kubeconfig(tmp_path, server.url))
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with override_settings(
+            KSSCHED_HEARTBEAT_PATH=str(tmp_path / "hb"),
+            KSSCHED_WATCHER_METRICS_PORT=0,
+            **settings,
+        ):
+            call_command(
+                "watch_pods",
+                kubeconfig=kubeconfig,
+                once=True,
+                no_nodes=True,
+                stdout=io.StringIO(),
+            )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def log_in(client, username: str, password: str, **extra) -> None:
     """Log `client` in through the admin's login form, as a person does, so the
     login throttling sees it (Client.login() would bypass it); `extra` goes into

@@ -8,9 +8,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from history.ledger import increment_key_nodes, record_placement
+from history.ledger import record_placement
 from history.models import NodePolicy
-from tests.helpers import load_fixture
+from tests.helpers import load_fixture, ran
 from tests.test_extender import BAD_BODIES
 
 EXPLAIN_URL = "/scheduler/explain"
@@ -53,7 +53,7 @@ def history():
         ("n4", ["ci"], 40),
     ]:
         for _ in range(times):
-            increment_key_nodes(keys=keys, node=node)
+            ran("-".join(keys), node)
     record_placement(
         pod_uid="u1", namespace="ns", name="a", label="ci-java-app", node="n3"
     )
@@ -83,10 +83,10 @@ def test_explain_shows_each_rule(client, settings, history):
         post(client, EXPLAIN_URL, pod_body("ci-java-app", NODES)).content
     )
     by_node = {row["node"]: row for row in rows["nodes"]}
-    assert by_node["n1"]["matched_segment"] == "app"
+    assert by_node["n1"]["matched_segment"] == "ci-java-app$"
     assert by_node["n1"]["raw_count"] == 5
     assert by_node["n1"]["decayed_weight"] == pytest.approx(5.0, rel=1e-3)
-    assert by_node["n2"]["matched_segment"] == "java"
+    assert by_node["n2"]["matched_segment"] == "ci-java-*"
     assert by_node["n3"]["active_pods"] == 1
     # n3 runs the only active pipeline pod: same label and above the mean load.
     assert by_node["n3"]["hotspot_penalty"] == 2
@@ -94,7 +94,7 @@ def test_explain_shows_each_rule(client, settings, history):
     assert by_node["n3"]["load_penalty"] == round(3 * (1 - 1.1 / 6))
     assert by_node["n3"]["penalty"] == 4
     assert by_node["n3"]["score"] == by_node["n1"]["score"] - 4
-    assert by_node["n4"]["matched_segment"] == "ci"
+    assert by_node["n4"]["matched_segment"] == "ci-*"
     assert by_node["n5"]["policy"] == "pin (java)" and by_node["n5"]["score"] == 10
     assert by_node["n6"]["matched_segment"] is None and by_node["n6"]["score"] == 1
     assert by_node["n1"]["score"] > by_node["n2"]["score"] > by_node["n4"]["score"]
@@ -135,7 +135,7 @@ def test_bad_input_is_the_same_400_as_prioritize(client, body, message):
 )
 def test_explain_accepts_recorded_scheduler_bodies(client, settings, fixture):
     settings.KSSCHED_SCORING = "warm"
-    increment_key_nodes(keys=["pipeline1"], node="worker-1")
+    ran("pipeline1", node="worker-1")
     body = json.loads(load_fixture(fixture))
     rows = orjson.loads(post(client, EXPLAIN_URL, body).content)["nodes"]
     live = orjson.loads(post(client, PRIORITIZE_URL, body).content)

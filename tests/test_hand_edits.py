@@ -1,5 +1,5 @@
 """Counts edited by hand move the `warm` score, the admin shows the weight scoring
-uses, and KeyNode keys are single label segments."""
+uses, and KeyNode keys are label segments or steps of a label's path."""
 
 from datetime import timedelta
 
@@ -11,10 +11,9 @@ from django.utils import timezone
 from extender.scoring.strategies import WarmStrategy
 from history.audit import audit_counts
 from history.corrections import create_key_node, set_key_node_count
-from history.labels import is_valid_key, split_pipeline_label
-from history.ledger import increment_key_nodes
+from history.labels import is_valid_key, key_kind, split_pipeline_label
 from history.models import CountAdjustment, KeyNode
-from tests.helpers import place
+from tests.helpers import place, ran
 
 pytestmark = pytest.mark.django_db
 
@@ -39,11 +38,12 @@ def stored(key, node):
     )
 
 
-def old_history(node, placements, age):
-    """`placements` of `myapp` on `node`, `age` ago, through the real ledger."""
+def old_history(node, placements, age, label="myapp"):
+    """`placements` of `label` on `node`, `age` ago; returns the row `warm` reads
+    for this very pipeline (`<label>$`)."""
     for _ in range(placements):
-        increment_key_nodes(keys=["myapp"], node=node, now=timezone.now() - age)
-    return KeyNode.objects.get(key="myapp", node=node)
+        ran(label, node=node, now=timezone.now() - age)
+    return KeyNode.objects.get(key=f"{label}$", node=node)
 
 
 # --- what an edit does to the recency weight ------------------------------------
@@ -52,7 +52,7 @@ def old_history(node, placements, age):
 def test_raising_a_count_adds_placements_valued_at_the_edit():
     t0 = timezone.now() - 14 * DAY
     for _ in range(8):
-        increment_key_nodes(keys=["myapp"], node="n1", now=t0)
+        ran("myapp", node="n1", now=t0)
     row = KeyNode.objects.get(key="myapp", node="n1")
     edit = t0 + 14 * DAY
     assert set_key_node_count(key_node=row, count=50, actor="a", now=edit) == 42
@@ -65,10 +65,10 @@ def test_raising_a_count_adds_placements_valued_at_the_edit():
 def test_lowering_a_count_keeps_the_stored_weight():
     t0 = timezone.now() - 7 * DAY
     for _ in range(8):
-        increment_key_nodes(keys=["myapp"], node="n1", now=t0)
-    row = KeyNode.objects.get(key="myapp", node="n1")
+        ran("myapp", node="n1", now=t0)
+    row = KeyNode.objects.get(key="myapp$", node="n1")
     set_key_node_count(key_node=row, count=3, actor="a")
-    assert stored("myapp", "n1") == (3, 8.0, t0.timestamp())
+    assert stored("myapp$", "n1") == (3, 8.0, t0.timestamp())
     # The scoring caps the weight at the count: the row weighs 3 now, not 4.
     explained = WarmStrategy().explain(label="myapp", nodes=["n1"])[0]
     assert explained["decayed_weight"] == 3.0
@@ -79,7 +79,7 @@ def test_a_row_created_by_hand_weighs_its_count_valued_at_creation():
     create_key_node(key="myapp", node="n1", count=4, actor="a", now=t0)
     assert stored("myapp", "n1") == (4, 4.0, t0.timestamp())
     # A placement one half-life later finds 4 halved to 2, and adds 1.
-    increment_key_nodes(keys=["myapp"], node="n1", now=t0 + 7 * DAY)
+    ran("myapp", node="n1", now=t0 + 7 * DAY)
     assert stored("myapp", "n1")[1] == pytest.approx(3.0)
 
 
@@ -87,7 +87,7 @@ def test_a_row_without_recency_state_keeps_its_count_as_weight():
     # Rows typed in before edits kept a recency state have decayed_at 0.
     KeyNode.objects.create(key="myapp", node="n1", count=7)
     now = timezone.now()
-    increment_key_nodes(keys=["myapp"], node="n1", now=now)
+    ran("myapp", node="n1", now=now)
     assert stored("myapp", "n1") == (8, 8.0, now.timestamp())
 
     KeyNode.objects.create(key="myapp", node="n2", count=7)
@@ -104,7 +104,8 @@ def test_edits_keep_the_audit_clean():
     set_key_node_count(key_node=row, count=5, actor="a")
     create_key_node(key="java", node="n1", count=4, actor="a")
     assert [a.delta for a in CountAdjustment.objects.order_by("id")] == [27, -25, 4]
-    assert audit_counts() == (3, [])
+    # ci, myapp, ci-*, ci-myapp-*, ci-myapp$ and java on n1.
+    assert audit_counts() == (6, [])
 
 
 # --- what an edit does to the score ------------------------------------------------
@@ -123,8 +124,8 @@ def test_raising_a_count_raises_the_warm_score():
 
 
 def test_an_admin_edit_raises_the_warm_score(admin_client):
-    row = old_history("n1", 7, 18 * DAY)
-    old_history("n2", 7, 18 * DAY)
+    row = old_history("n1", 7, 18 * DAY, label="jenkins-myapp")
+    old_history("n2", 7, 18 * DAY, label="jenkins-myapp")
     strategy = WarmStrategy()
     before = strategy.score(label="jenkins-myapp", nodes=["n1", "n2"])
     assert before[0] == before[1]
@@ -138,10 +139,10 @@ def test_an_admin_edit_raises_the_warm_score(admin_client):
 
 def test_a_row_added_in_the_admin_scores_as_placed_now(admin_client):
     response = admin_client.post(
-        "/admin/history/keynode/add/", {"key": "myapp", "node": "n1", "count": "9"}
+        "/admin/history/keynode/add/", {"key": "myapp$", "node": "n1", "count": "9"}
     )
     assert response.status_code == 302
-    count, weight, at = stored("myapp", "n1")
+    count, weight, at = stored("myapp$", "n1")
     assert (count, weight) == (9, 9.0)
     assert at == pytest.approx(timezone.now().timestamp(), abs=60)
     # 9 placements just made: 2 + round(9 / 10 * 8).
@@ -163,7 +164,12 @@ def test_keynode_list_shows_the_weight_scoring_uses(admin_client):
         for row in response.context["cl"].result_list
     }
     # 4 placements one half-life old; a row without recency state weighs its count.
-    assert cells == {("myapp", "n1"): "2.00", ("typed", "n2"): "5.00"}
+    assert cells == {
+        ("myapp", "n1"): "2.00",
+        ("myapp$", "n1"): "2.00",
+        ("myapp-*", "n1"): "2.00",
+        ("typed", "n2"): "5.00",
+    }
     assert b'<td class="field-weight">2.00</td>' in response.content
 
 
@@ -179,7 +185,7 @@ def test_keynode_detail_shows_the_weight_capped_at_the_count(admin_client):
     assert '<div class="readonly">2.00</div>' in content
 
 
-# --- keys are one segment ----------------------------------------------------------
+# --- keys are one segment or one step of a label path -------------------------------
 
 
 @pytest.mark.parametrize(
@@ -189,6 +195,22 @@ def test_keynode_detail_shows_the_weight_capped_at_the_count(admin_client):
 def test_single_segments_are_valid_keys(key):
     assert is_valid_key(key)
     assert split_pipeline_label(key) == [key]
+    assert key_kind(key) == "segment"
+
+
+@pytest.mark.parametrize(
+    ("key", "kind"),
+    [
+        ("a-*", "prefix"),
+        ("jenkins-java-*", "prefix"),
+        ("a$", "pipeline"),
+        ("jenkins-java-maven-myapp$", "pipeline"),
+        ("a" * 63 + "-*", "prefix"),
+    ],
+)
+def test_label_path_keys_are_valid_keys(key, kind):
+    assert is_valid_key(key)
+    assert key_kind(key) == kind
 
 
 @pytest.mark.parametrize(
@@ -198,6 +220,14 @@ def test_single_segments_are_valid_keys(key):
         None,
         "jenkins-java-maven-myapp",
         "-",
+        "-*",
+        "$",
+        "a-",
+        "a--b$",
+        "a-*-b",
+        "a*",
+        "a$-*",
+        "a" * 64 + "$",
         "a" * 64,
         "my app",
         "java/17",
@@ -214,8 +244,9 @@ def test_keynode_refuses_a_full_label_as_key():
     row = KeyNode(key="jenkins-java-maven-myapp", node="n1", count=1)
     with pytest.raises(ValidationError) as refused:
         row.full_clean()
-    assert "holds '-'" in str(refused.value)
-    KeyNode(key="myapp", node="n1", count=1).full_clean()
+    assert "is none of these" in str(refused.value)
+    for key in ("myapp", "jenkins-java-*", "jenkins-java-maven-myapp$"):
+        KeyNode(key=key, node="n1", count=1).full_clean()
 
 
 def test_admin_add_form_refuses_a_full_label_and_explains_keys(admin_client):
@@ -226,7 +257,7 @@ def test_admin_add_form_refuses_a_full_label_and_explains_keys(admin_client):
         {"key": "jenkins-java-maven-myapp", "node": "n1", "count": "3"},
     )
     assert response.status_code == 200
-    assert "Enter each segment as its own row" in response.content.decode()
+    assert "a label prefix ending in" in response.content.decode()
     response = admin_client.post(
         "/admin/history/keynode/add/",
         {"key": "x" * 64, "node": "n1", "count": "3"},

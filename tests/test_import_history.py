@@ -25,6 +25,7 @@ from history.importing import (
     read_old_history_file,
     read_old_history_table,
 )
+from history.labels import key_kind
 from history.models import CountAdjustment, HistoryImport, KeyNode
 from history.nodenames import NODE_NAME_MAX_LENGTH
 from tests.helpers import REPO, database_env, place, run_concurrently
@@ -58,10 +59,12 @@ def run_import(*args):
     return out.getvalue()
 
 
-def counts():
+def counts(kind=None):
+    """(key, node) -> count, of the keys of one kind (`labels.key_kind`) if given."""
     return dict(
         ((key, node), count)
         for key, node, count in KeyNode.objects.values_list("key", "node", "count")
+        if kind is None or key_kind(key) == kind
     )
 
 
@@ -242,7 +245,8 @@ def test_add_mode_adds_to_the_existing_history(tmp_path):
     run_import(path, "--mode", "add")
     assert counts()[("jenkins", "node-1")] == 2 + 7
     assert counts()[("java", "node-1")] == 2 + 2
-    assert audit_counts() == (4, [])
+    # The 4 imported pairs and the ledger's label path of jenkins-java on node-1.
+    assert audit_counts() == (4 + 3, [])
 
 
 def test_replace_mode_sets_the_imported_pairs_to_the_old_counts(tmp_path):
@@ -252,7 +256,13 @@ def test_replace_mode_sets_the_imported_pairs_to_the_old_counts(tmp_path):
     weight_before = KeyNode.objects.get(key="java", node="node-1").decayed_weight
     path = old_tool_file(tmp_path / "scheduler.db", WILD_ROWS)
     output = run_import(path, "--mode", "replace")
-    assert counts() == {
+    # The label-path rows the ledger wrote are not the Go tool's: left alone.
+    assert counts(kind="prefix") == {
+        ("jenkins-*", "node-1"): 9,
+        ("jenkins-java-*", "node-1"): 9,
+        ("gradle-*", "node-9"): 1,
+    }
+    assert counts(kind="segment") == {
         ("jenkins", "node-1"): 7,  # was 9
         ("java", "node-1"): 2,  # was 9
         ("java", LONG_NODE): 5,
@@ -267,7 +277,7 @@ def test_replace_mode_sets_the_imported_pairs_to_the_old_counts(tmp_path):
         ("java", LONG_NODE): 5,
         ("maven", "node-2"): 10,
     }
-    assert audit_counts() == (5, [])
+    assert audit_counts() == (5 + 5, [])
     # A lowered count keeps its stored weight (scoring caps it at the count).
     assert KeyNode.objects.get(key="java", node="node-1").decayed_weight == (
         weight_before
@@ -284,8 +294,14 @@ def test_imported_counts_are_history_placed_at_the_import(tmp_path, settings):
     assert weight == 9.0
     assert at == pytest.approx(timezone.now().timestamp(), abs=60)
     assert KeyNode.objects.get().last_placed_at is None
-    # Nine placements just made: 2 + round(9 / 10 * 8).
-    assert WarmStrategy().score(label="myapp", nodes=["node-1", "node-2"]) == [9, 1]
+    # `seed` scores the imported counts as the Go tool did; `warm` reads label
+    # paths, which the Go tool never recorded: the node is cold for it until the
+    # watcher records a pod of the pipeline there.
+    assert SeedStrategy().score(label="myapp", nodes=["node-1", "node-2"]) == [10, 1]
+    assert WarmStrategy().score(label="myapp", nodes=["node-1", "node-2"]) == [1, 1]
+    place("u1", "myapp", "node-1", finished=True)
+    # One placement just made: 2 + round(1 / 2 * 8).
+    assert WarmStrategy().score(label="myapp", nodes=["node-1", "node-2"]) == [6, 1]
 
 
 # --- refused files --------------------------------------------------------------------

@@ -9,9 +9,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
-from history.ledger import increment_key_nodes
 from history.models import KeyNode, NodePolicy
 from history.nodenames import is_valid_node_name
+from tests.helpers import ran
 
 pytestmark = pytest.mark.django_db
 
@@ -71,8 +71,8 @@ def test_the_admin_refuses_a_node_policy_kubernetes_would_reject(admin_client):
 def stored_bad_rows():
     """History and a pin written before node names were checked."""
     for _ in range(5):
-        increment_key_nodes(keys=["gitlab"], node="worker-1")
-        increment_key_nodes(keys=["gitlab"], node="Worker_7")
+        ran("gitlab", node="worker-1")
+        ran("gitlab", node="Worker_7")
     NodePolicy.objects.create(key="gitlab", node="Pinned.Node-UPPER", action="pin")
 
 

@@ -2,19 +2,15 @@
 unmodified `kubernetes` client to the test API server, which validates and keeps
 them as the API server does."""
 
-import io
 import logging
-import signal
 
 import pytest
-from django.core.management import call_command
-from django.test import override_settings
 
 from history.models import Placement
 from history.watcher import metrics
 from history.watcher.placement_events import TokenBucket
-from tests.fakeapi import FakeApiServer, StatusAction, make_pod, write_kubeconfig
-from tests.helpers import place
+from tests.fakeapi import FakeApiServer, StatusAction, make_pod
+from tests.helpers import place, watch_once
 from tests.test_settings import run_manage
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,28 +22,6 @@ LABEL = "jenkins-java-maven-myapp"
 def server():
     with FakeApiServer(bookmark_interval=0.3) as fake:
         yield fake
-
-
-def watch_once(server, tmp_path, **settings):
-    """One pass of `manage.py watch_pods --once` against the server."""
-    kubeconfig = str(write_kubeconfig(tmp_path, server.url))
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        with override_settings(
-            KSSCHED_HEARTBEAT_PATH=str(tmp_path / "hb"),
-            KSSCHED_WATCHER_METRICS_PORT=0,
-            **settings,
-        ):
-            call_command(
-                "watch_pods",
-                kubeconfig=kubeconfig,
-                once=True,
-                no_nodes=True,
-                stdout=io.StringIO(),
-            )
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def three_placements(server):

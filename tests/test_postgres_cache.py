@@ -92,12 +92,12 @@ def test_a_transaction_that_commits_after_a_later_one_is_not_missed():
         # commits first, then the cache looks, then `early` commits.
         early.execute(
             "UPDATE history_keynode SET count = count + 40 "
-            "WHERE key = 'app' AND node = 'n1'"
+            "WHERE key = 'ci-java-app$' AND node = 'n1'"
         )
         late.execute(
             "INSERT INTO history_keynode (key, node, count, decayed_weight, "
             "decayed_at, created, updated) VALUES "
-            "('java', 'n2', 7, 7.0, 0, now(), now())"
+            "('ci-java-*', 'n2', 7, 7.0, 0, now(), now())"
         )
         late.commit()
         assert_exact(cache)

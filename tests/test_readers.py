@@ -1,6 +1,7 @@
 """Every history reader answers the same: the same history read through the SQL
 reader, the SQLite cache (on SQLite), the PostgreSQL cache (on PostgreSQL) and the
-in-memory store gives identical scores and explanations from every strategy."""
+in-memory store gives identical scores and explanations from every strategy, over
+segments (`seed`) and label paths (`warm`)."""
 
 import random
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,10 @@ LABELS = [
     "x-y-z-w-v",
     "ci-handmade",
     "ci-go-svc-extra",
+    # The same last segment under other prefixes, and a label under another.
+    "gitlab-go-app",
+    "gh-app",
+    "ci-java-maven-app-nightly",
 ]
 
 
@@ -63,6 +68,10 @@ def memory_copy() -> MemoryHistory:
 def build_history(rng: random.Random, now: datetime) -> None:
     """Placements of every age, finishes, hand edits, replacements, policies."""
     corrections.create_key_node(key="handmade", node="node-29", count=7, actor="admin")
+    corrections.create_key_node(
+        key="ci-handmade$", node="node-28", count=3, actor="admin"
+    )
+    corrections.create_key_node(key="gitlab-*", node="node-27", count=2, actor="admin")
     for i in range(300):
         ledger.record_placement(
             pod_uid=f"p{i}",

@@ -17,7 +17,7 @@ from history import corrections, labels, ledger, recency
 from history.models import KeyNode, KeyPolicy, NodePolicy
 from history.reader import history_reader, memo
 from history.watcher import state
-from tests.helpers import in_other_connection
+from tests.helpers import in_other_connection, ran
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -30,9 +30,10 @@ NODES = [f"node-{i}" for i in range(40)]
 LABELS = ["ci-java-maven-p1", "ci-go-p2", "ci-java-p1", "x-ci-x", "ci"]
 
 
-def view(keys, nodes):
+def view(keys, nodes, label=None):
     """What the reader says about `nodes`, in a comparable form."""
-    history = history_reader().read(keys=keys, label="-".join(keys), nodes=nodes)
+    label = label or "-".join(keys)
+    history = history_reader().read(keys=keys, label=label, nodes=nodes)
     return (
         {node: sorted(history.rows[node]) for node in nodes if node in history.rows},
         {node: history.replaced[node] for node in nodes if node in history.replaced},
@@ -43,23 +44,25 @@ def view(keys, nodes):
     )
 
 
-def queried(keys, nodes=NODES):
+def queried(keys, nodes=NODES, label=None):
     """The answer of the plain queries (the reader skips the cache in a
     transaction)."""
     with transaction.atomic():
-        return view(keys, nodes)
+        return view(keys, nodes, label)
 
 
-def cached(keys, nodes=NODES):
+def cached(keys, nodes=NODES, label=None):
     assert not connection.in_atomic_block
-    return view(keys, nodes)
+    return view(keys, nodes, label)
 
 
 def assert_agree():
     for label in LABELS:
-        keys = labels.split_pipeline_label(label)
-        assert cached(keys) == queried(keys), label
-        assert cached(keys, NODES[5:9]) == queried(keys, NODES[5:9]), label
+        for keys in (labels.split_pipeline_label(label), labels.path_keys(label)):
+            assert cached(keys, label=label) == queried(keys, label=label), label
+            assert cached(keys, NODES[5:9], label) == queried(
+                keys, NODES[5:9], label
+            ), label
         # Seed scores kept between calls match scores computed from the query.
         kept = SeedStrategy().score(label=label, nodes=NODES)
         with transaction.atomic():
@@ -182,7 +185,7 @@ def test_warm_follows_every_kind_of_write():
     in_other_connection(
         lambda: [
             ledger.increment_key_nodes(
-                keys=labels.split_pipeline_label(rng.choice(LABELS)),
+                keys=labels.placement_keys(rng.choice(LABELS)),
                 node=rng.choice(NODES),
                 now=datetime.fromtimestamp(start - rng.uniform(0, 40) * DAY, UTC),
             )
@@ -292,9 +295,7 @@ def test_warm_scores_at_a_recency_boundary():
     rules = WarmRules()
     half_life = recency.half_life_seconds()
     placed = 1_700_000_000.0
-    ledger.increment_key_nodes(
-        keys=["ci", "java"], node="node-1", now=datetime.fromtimestamp(placed, UTC)
-    )
+    ran("ci-java", node="node-1", now=datetime.fromtimestamp(placed, UTC))
     # The weight is 1 at `placed` and reaches min_weight after log2(1/0.1) halvings.
     forgotten = placed + half_life * math.log2(1 / rules.min_weight)
     strategy = WarmStrategy(rules)

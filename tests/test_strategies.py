@@ -15,12 +15,13 @@ from extender.scoring.rules import (
     warm_scores,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy, get_strategy
-from history.ledger import increment_key_nodes, record_placement
+from history.ledger import record_placement
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord
 from history.reader import LabelHistory, Policies
 from history.reader.memo import KeyMemo
 from history.recency import accumulate_decayed, decayed_weight
 from history.watcher.state import record_node_seen
+from tests.helpers import ran
 
 RULES = WarmRules()
 DAY = 86400.0
@@ -260,19 +261,19 @@ def stored(key, node):
 @pytest.mark.django_db
 def test_upsert_keeps_decayed_state_and_counts(settings):
     settings.KSSCHED_HALF_LIFE_DAYS = 7
-    increment_key_nodes(keys=["a"], node="n1", now=T0)
-    increment_key_nodes(keys=["a"], node="n1", now=T0 + timedelta(days=7))
+    ran("a", node="n1", now=T0)
+    ran("a", node="n1", now=T0 + timedelta(days=7))
     count, weight, at = stored("a", "n1")
     assert count == 2
     assert weight == pytest.approx(1.5)
     assert at == (T0 + timedelta(days=7)).timestamp()
     # A late event (older than the stored instant) is carried forward, not back.
-    increment_key_nodes(keys=["a"], node="n1", now=T0)
+    ran("a", node="n1", now=T0)
     count, weight, at = stored("a", "n1")
     assert (count, at) == (3, (T0 + timedelta(days=7)).timestamp())
     assert weight == pytest.approx(2.0)
     # A gap of thousands of half-lives does not underflow.
-    increment_key_nodes(keys=["a"], node="n1", now=T0 + timedelta(days=70000))
+    ran("a", node="n1", now=T0 + timedelta(days=70000))
     assert stored("a", "n1")[1] == pytest.approx(1.0)
 
 
@@ -280,7 +281,7 @@ def test_upsert_keeps_decayed_state_and_counts(settings):
 def test_live_scores_halve_with_age(settings):
     settings.KSSCHED_HALF_LIFE_DAYS = 7
     for _ in range(4):
-        increment_key_nodes(keys=["ci", "app"], node="n1", now=T0)
+        ran("ci-app", node="n1", now=T0)
     strategy = WarmStrategy()
     rows = strategy.explain(label="ci-app", nodes=["n1"], now=T0.timestamp())
     assert rows[0]["decayed_weight"] == pytest.approx(4.0)
@@ -294,15 +295,15 @@ def test_live_scores_halve_with_age(settings):
 
 @pytest.mark.django_db
 def test_hand_made_rows_weigh_their_count():
-    KeyNode.objects.create(key="app", node="n1", count=3)
+    KeyNode.objects.create(key="ci-app$", node="n1", count=3)
     row = WarmStrategy().explain(label="ci-app", nodes=["n1"])[0]
-    assert (row["matched_segment"], row["decayed_weight"]) == ("app", 3.0)
+    assert (row["matched_segment"], row["decayed_weight"]) == ("ci-app$", 3.0)
 
 
 @pytest.mark.django_db
 def test_history_before_a_node_replacement_is_ignored():
-    increment_key_nodes(keys=["ci", "app"], node="n1", now=T0)
-    increment_key_nodes(keys=["ci", "app"], node="n2", now=T0)
+    ran("ci-app", node="n1", now=T0)
+    ran("ci-app", node="n2", now=T0)
     record_node_seen(name="n1", uid="uid-1", now=T0 - timedelta(days=1))
     strategy = WarmStrategy()
     now = (T0 + timedelta(days=1)).timestamp()
@@ -312,16 +313,16 @@ def test_history_before_a_node_replacement_is_ignored():
     replaced, kept = strategy.score(label="ci-app", nodes=["n1", "n2"], now=now)
     assert replaced == 1 < kept
     # New history after the replacement counts again.
-    increment_key_nodes(keys=["ci"], node="n1", now=T0 + timedelta(hours=2))
+    ran("ci", node="n1", now=T0 + timedelta(hours=2))
     row = strategy.explain(label="ci-app", nodes=["n1"], now=now)[0]
-    assert row["matched_segment"] == "ci"
+    assert row["matched_segment"] == "ci-*"
     assert NodeRecord.objects.get(name="n1").replacements == 1
 
 
 @pytest.mark.django_db
 def test_live_active_pods_and_policies():
     for i in range(3):
-        increment_key_nodes(keys=["ci", "app"], node=f"n{i}", now=T0)
+        ran("ci-app", node=f"n{i}", now=T0)
     record_placement(pod_uid="u1", namespace="ci", name="p1", label="ci-app", node="n0")
     strategy = WarmStrategy()
     now = T0.timestamp()
@@ -341,7 +342,7 @@ def test_live_active_pods_and_policies():
 def test_warm_queries_are_bounded(django_assert_max_num_queries):
     nodes = [f"node-{i}" for i in range(3000)]
     for node in nodes[::10]:
-        increment_key_nodes(keys=["ci", "java", "app"], node=node, now=T0)
+        ran("ci-java-app", node=node, now=T0)
     with django_assert_max_num_queries(5):
         result = WarmStrategy().score(
             label="ci-java-app", nodes=nodes, now=T0.timestamp()

@@ -4,9 +4,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from history.ledger import classify_warmth, increment_key_nodes, record_placement
+from history.ledger import classify_warmth, record_placement
 from history.models import KeyNode, Placement
 from history.watcher.state import record_node_seen
+from tests.helpers import ran
 
 pytestmark = pytest.mark.django_db
 
@@ -52,13 +53,48 @@ def test_warmth_is_judged_before_the_pod_counts_and_only_once():
 
 
 def test_zeroed_rows_and_replaced_nodes_are_cold():
-    increment_key_nodes(keys=["a", "b"], node="n1", now=T0)
-    row = KeyNode.objects.get(key="b", node="n1")
-    KeyNode.objects.filter(pk=row.pk).update(count=0)
-    assert classify_warmth(keys=["a", "b"], node="n1") == "partial"
+    ran("a-b", node="n1", now=T0)
+    at = T0 + timedelta(minutes=1)
+    assert classify_warmth(label="a-b", node="n1", at=at) == "exact"
+    KeyNode.objects.filter(key="a-b$", node="n1").update(count=0)
+    assert classify_warmth(label="a-b", node="n1", at=at) == "partial"
     record_node_seen(name="n1", uid="one", now=T0 - timedelta(days=1))
     record_node_seen(name="n1", uid="two", now=T0 + timedelta(hours=1))
-    assert classify_warmth(keys=["a", "b"], node="n1") == "cold"
+    assert classify_warmth(label="a-b", node="n1", at=at) == "cold"
+
+
+def test_a_run_past_the_recency_window_is_cold(settings):
+    """A run counts while its weight is at least 0.1: 3.3 half-lives."""
+    settings.KSSCHED_HALF_LIFE_DAYS = 7
+    ran("a-b", node="n1", now=T0)
+    assert classify_warmth(label="a-b", node="n1", at=T0 + timedelta(days=23)) == (
+        "exact"
+    )
+    assert classify_warmth(label="a-b", node="n1", at=T0 + timedelta(days=24)) == (
+        "cold"
+    )
+
+
+def test_only_this_pipeline_is_exact_and_only_a_shared_prefix_is_partial():
+    """Another pipeline with the same last segment is no warmth at all; one under
+    the same prefix is partial; only this very label is exact."""
+    place("u1", "gitlab-go-build-api", "n1")
+    place("u2", "jenkins-java-maven-web", "n2")
+    place("u3", "jenkins-java-maven-api", "n3")
+    place("u4", "jenkins-python-api", "n4")
+    for uid, node in [("v1", "n1"), ("v2", "n2"), ("v3", "n3"), ("v4", "n4")]:
+        place(uid, "jenkins-java-maven-api", node)
+    assert [warmth(u) for u in ("v1", "v2", "v3", "v4")] == [
+        "cold",
+        "partial",
+        "exact",
+        "partial",
+    ]
+    # A longer label under this one is partial for it, and this one for the longer.
+    place("w1", "jenkins-java-maven-api-nightly", "n3")
+    place("w2", "jenkins-java-maven-api", "n5")
+    place("w3", "jenkins-java-maven-api-nightly", "n5")
+    assert [warmth(u) for u in ("w1", "w3")] == ["partial", "partial"]
 
 
 def test_an_explicit_warmth_is_kept():

@@ -4,11 +4,9 @@ Reviews are shaped as the API server sends them; every patch is applied to the p
 and the result validated against the Pod schema of kubernetes-validate.
 """
 
-import base64
 import copy
 import time
 
-import kubernetes_validate
 import orjson
 import pytest
 from django.db import connection
@@ -16,15 +14,23 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from extender.scoring.steering import process_memory
-from history.ledger import increment_key_nodes, record_placement
+from history.ledger import record_placement
 from history.models import NodePolicy
-from tests.fakeapi import make_pod
+from tests.admission_reviews import (
+    PREFERRED,
+    UID,
+    answer,
+    apply_patch,
+    decoded_patch,
+    new_pod,
+    patched,
+    post,
+    preferred_nodes,
+    review,
+)
+from tests.helpers import ran
 
-URL = "/webhook/mutate"
 EXPLAIN_URL = "/scheduler/explain?mode=webhook"
-UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
-PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
-SCHEMA_VERSIONS = ("1.25", kubernetes_validate.latest_version())
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("warm")]
 
@@ -45,105 +51,7 @@ def history():
         ("n5", ["go"], 9),
     ]:
         for _ in range(times):
-            increment_key_nodes(keys=keys, node=node)
-
-
-def new_pod(label="ci-java-app", **spec):
-    """A pod as the API server admits it: no node, the default scheduler."""
-    pod = make_pod("build-1", label=label, scheduler="default-scheduler")
-    pod["metadata"].pop("uid")
-    pod["metadata"].pop("resourceVersion")
-    pod["status"] = {}
-    pod["spec"].update(spec)
-    return pod
-
-
-def review(pod, *, operation="CREATE", kind="Pod", group="", dry_run=False, uid=UID):
-    resource = {"group": group, "version": "v1", "resource": kind.lower() + "s"}
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": "v1", "kind": kind},
-            "resource": resource,
-            "requestKind": {"group": group, "version": "v1", "kind": kind},
-            "requestResource": resource,
-            "name": "build-1",
-            "namespace": "ci",
-            "operation": operation,
-            "userInfo": {
-                "username": "system:serviceaccount:ci:runner",
-                "groups": ["system:serviceaccounts"],
-            },
-            "object": pod,
-            "oldObject": None,
-            "dryRun": dry_run,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-        },
-    }
-
-
-def post(client, body, url=URL, content_type="application/json"):
-    if not isinstance(body, bytes):
-        body = orjson.dumps(body)
-    return client.generic("POST", url, body, content_type=content_type)
-
-
-def answer(client, body):
-    response = post(client, body)
-    assert response.status_code == 200, response.content
-    data = orjson.loads(response.content)
-    assert data["apiVersion"] == "admission.k8s.io/v1"
-    assert data["kind"] == "AdmissionReview"
-    assert data["response"]["uid"] == UID
-    assert data["response"]["allowed"] is True
-    return data["response"]
-
-
-def decoded_patch(response) -> list[dict]:
-    assert response["patchType"] == "JSONPatch"
-    return orjson.loads(base64.b64decode(response["patch"]))
-
-
-def apply_patch(document, patch):
-    """RFC 6902 `add` (the only operation the webhook sends) on a copy."""
-    document = copy.deepcopy(document)
-    for operation in patch:
-        assert operation["op"] == "add", operation
-        *parents, last = [
-            part.replace("~1", "/").replace("~0", "~")
-            for part in operation["path"].split("/")[1:]
-        ]
-        target = document
-        for part in parents:
-            target = target[int(part)] if isinstance(target, list) else target[part]
-        if isinstance(target, list):
-            position = len(target) if last == "-" else int(last)
-            target.insert(position, operation["value"])
-        else:
-            target[last] = operation["value"]
-    return document
-
-
-def patched(pod, response):
-    """The pod after the patch, checked against the Pod schema."""
-    result = apply_patch(pod, decoded_patch(response))
-    for version in SCHEMA_VERSIONS:
-        kubernetes_validate.validate(result, version, strict=True)
-    return result
-
-
-def preferred_nodes(pod):
-    terms = pod["spec"]["affinity"]["nodeAffinity"][PREFERRED]
-    named = {}
-    for term in terms:
-        (requirement,) = term["preference"]["matchFields"]
-        assert requirement["key"] == "metadata.name"
-        assert requirement["operator"] == "In"
-        (node,) = requirement["values"]
-        named[node] = term["weight"]
-    return named
+            ran("-".join(keys), node)
 
 
 def heaviest(response):

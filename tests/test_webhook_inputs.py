@@ -13,8 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from extender.scoring.steering import process_memory
 from extender.webhook import MAX_STEERED_PER_LABEL
-from history.ledger import increment_key_nodes
-from tests.helpers import run_gunicorn
+from tests.helpers import ran, run_gunicorn
 
 pytestmark = pytest.mark.django_db
 
@@ -51,7 +50,7 @@ def mutate(client, body):
 def warm_nodes(count=5):
     for node in range(count):
         for _ in range(5):
-            increment_key_nodes(keys=["ci", "java"], node=f"node-{node}")
+            ran("ci-java", node=f"node-{node}")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -122,6 +121,6 @@ def test_reviews_alone_remember_at_most_a_plausible_fan_out_per_label(client):
     assert sum(steered.values()) == MAX_STEERED_PER_LABEL == 64
     # Other labels keep their own room.
     for _ in range(5):
-        increment_key_nodes(keys=["go"], node="node-9")
+        ran("go", node="node-9")
     mutate(client, review("go", uid="real"))
     assert process_memory().steered("go", now=time.time(), window=120) == {"node-9": 1}

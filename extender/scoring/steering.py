@@ -184,10 +184,11 @@ class Plan:
         return self.terms[0].node if self.terms else None
 
 
-def _pinned(history: LabelHistory) -> set[str]:
+def _pinned(history: LabelHistory, label: str | None) -> set[str]:
+    """The nodes a policy of the label's segments pins."""
     return {
         node
-        for key in history.keys
+        for key in split_pipeline_label(label)
         for node, action in history.policies.nodes.get(key, {}).items()
         if action == "pin"
     }
@@ -229,7 +230,7 @@ def plan_terms(
     steered = memory.steered(label or "", now=now, window=window)
     history = with_steered(read, steered)
     fixed.history = history
-    nodes = sorted(history.nodes() | _pinned(history) | set(pool))
+    nodes = sorted(history.nodes() | _pinned(history, label) | set(pool))
     scores = strategy.score(label=label, nodes=nodes, now=now) if nodes else []
     busy = history.busy
 
