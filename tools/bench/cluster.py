@@ -4,10 +4,12 @@
                                   [--backends sqlite,postgres]
 
 The shape: 17 general keys (CI systems, languages, tools) on every one of 5 000
-live nodes, one project key per pipeline on a few dozen nodes each, a fifth of
-the history on nodes gone since (node churn), ledger rows for a fifth of it and
-5 000 pods running. Each call names 1 000 candidate nodes drawn at random, for a
-pipeline label drawn at random. Cases, each beside the floor app (the same body
+live nodes and the label-path prefixes above them (`jenkins-*` on every node,
+each `jenkins-java-*` on half, each `jenkins-java-maven-*` on a tenth), one
+project key and one pipeline key (`...-p00042$`) per pipeline on the same few
+dozen nodes each, a fifth of the history on nodes gone since (node churn), ledger
+rows for a fifth of it and 5 000 pods running. Each call names 1 000 candidate
+nodes drawn at random, for a pipeline label drawn at random. Cases, each beside the floor app (the same body
 answered by a bare orjson WSGI app) in alternating rounds:
 
 - `one label`: the same label on every call;
@@ -88,8 +90,11 @@ def pipeline(index: int) -> str:
 
 
 def history_rows(total: int, pipelines: int, seed: int = 5):
-    """(key, node, count) rows: general keys on every live node, then projects on
-    a few dozen nodes each, a fifth of them on nodes gone since."""
+    """(key, node, count) rows in both kinds of key a placement counts under:
+    general segments on every live node, with the label-path prefixes above them
+    (`jenkins-*` on every node, `jenkins-java-*` on half, `jenkins-java-maven-*` on
+    a tenth), then each pipeline's project segment and its own `...$` key on the
+    same few dozen nodes, a fifth of them on nodes gone since."""
     rng = random.Random(seed)
     nodes, gone = live_nodes(), gone_nodes(NODES)
     seen: set[tuple[str, str]] = set()
@@ -97,14 +102,31 @@ def history_rows(total: int, pipelines: int, seed: int = 5):
         for node in nodes:
             seen.add((key, node))
             yield key, node, rng.randint(1, 150)
-    per_project = max(1, (total - len(seen)) // pipelines)
+    for ci in data.CI_SYSTEMS:
+        yield from _prefix_rows(rng, f"{ci}-*", nodes, 1.0, seen)
+        for language in data.LANGUAGES:
+            yield from _prefix_rows(rng, f"{ci}-{language}-*", nodes, 0.5, seen)
+            for tool in data.TOOLS:
+                prefix = f"{ci}-{language}-{tool}-*"
+                yield from _prefix_rows(rng, prefix, nodes, 0.1, seen)
+    per_project = max(1, (total - len(seen)) // pipelines // 2)
     for index in range(pipelines):
-        key = pipeline(index).rsplit("-", 1)[1]
+        label = pipeline(index)
+        key = label.rsplit("-", 1)[1]
         for _ in range(per_project):
             node = rng.choice(gone) if rng.random() < 0.2 else rng.choice(nodes)
             if (key, node) not in seen:
                 seen.add((key, node))
-                yield key, node, rng.randint(1, 60)
+                count = rng.randint(1, 60)
+                yield key, node, count
+                yield f"{label}$", node, count
+
+
+def _prefix_rows(rng, prefix, nodes, share, seen):
+    for node in nodes:
+        if rng.random() < share:
+            seen.add((prefix, node))
+            yield prefix, node, rng.randint(1, 150)
 
 
 def prepare(rows: int, pipelines: int) -> str:

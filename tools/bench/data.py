@@ -6,9 +6,10 @@ more conditions and labels, so one compact node is about 14 KB.
 
 History follows how pipeline labels are built (`ci-language-tool-project`): the
 general segments (the CI system, the language) have rows on nearly every node, the
-tool on about half, and each project on a handful, 100 000 rows in all. A prioritize
-call for 5000 nodes with a label like `jenkins-java-maven-project0042` touches about
-12 000 of them.
+tool on about half, and each project on a handful, 100 000 rows in all, each in both
+kinds of key (segments and label path, see `keynode_rows`). A prioritize call for
+5000 nodes with a label like `jenkins-java-maven-project0042` touches about 12 000
+of them.
 """
 
 from __future__ import annotations
@@ -245,31 +246,48 @@ def request_body(count: int, *, full_nodes: bool) -> bytes:
 def keynode_rows(
     total: int = KEYNODE_ROWS, nodes: int = NODE_COUNT, seed: int = 7
 ) -> list[tuple[str, str, int]]:
-    """`total` distinct (key, node, count) rows shaped like real pipeline history."""
+    """`total` distinct (key, node, count) rows shaped like real pipeline history.
+
+    Each history comes in both kinds of key a placement counts under: segments
+    (`jenkins`, `java`, `maven`, `project0042`: what `seed` reads) and the label
+    path of PIPELINE_LABEL's pipelines (`jenkins-*`, `jenkins-java-*`,
+    `jenkins-java-maven-*` and `jenkins-java-maven-project0042$`: what `warm`
+    reads), on the same nodes with the same counts.
+    """
     rng = random.Random(seed)
     names = node_names(nodes)
     rows: dict[tuple[str, str], int] = {}
+    ci, language, tool = PIPELINE_LABEL.split("-")[:3]
+    path = {ci: f"{ci}-*", language: f"{ci}-{language}-*"}
+    path[tool] = f"{ci}-{language}-{tool}-*"
 
     def add(key: str, node: str, count: int) -> None:
         if len(rows) < total:
             rows.setdefault((key, node), count)
+
+    def add_with_path(key: str, node: str, count: int) -> None:
+        add(key, node, count)
+        if key in path:
+            add(path[key], node, count)
 
     # General segments: nearly every node has run each CI system and language.
     shares = [(key, 0.97) for key in CI_SYSTEMS] + [(key, 0.9) for key in LANGUAGES]
     for key, share in shares:
         for node in names:
             if rng.random() < share:
-                add(key, node, rng.randint(1, 150))
+                add_with_path(key, node, rng.randint(1, 150))
     # Tools: about half the nodes each.
     for key in TOOLS:
         for node in names:
             if rng.random() < 0.5:
-                add(key, node, rng.randint(1, 80))
+                add_with_path(key, node, rng.randint(1, 80))
     # Projects: a few nodes each, until the table holds `total` rows.
     project = 0
     while len(rows) < total:
         key = f"project{project:04d}"
         for node in rng.sample(names, rng.randint(3, 20)):
-            add(key, node, rng.randint(1, 60))
+            count = rng.randint(1, 60)
+            add(key, node, count)
+            add(f"{ci}-{language}-{tool}-{key}$", node, count)
         project += 1
     return [(key, node, count) for (key, node), count in rows.items()]
