@@ -3,14 +3,14 @@
     python -m tools.bench.cluster [--rows 1000000] [--labels 10000] [--quick]
                                   [--backends sqlite,postgres]
 
-The shape: 17 general keys (CI systems, languages, tools) on every one of 5 000
-live nodes and the label-path prefixes above them (`jenkins-*` on every node,
-each `jenkins-java-*` on half, each `jenkins-java-maven-*` on a tenth), one
-project key and one pipeline key (`...-p00042$`) per pipeline on the same few
-dozen nodes each, a fifth of the history on nodes gone since (node churn), ledger
-rows for a fifth of it and 5 000 pods running. Each call names 1 000 candidate
-nodes drawn at random, for a pipeline label drawn at random. Cases, each beside the floor app (the same body
-answered by a bare orjson WSGI app) in alternating rounds:
+The shape: 17 general keys (CI systems, languages, tools) on every one of 5 000 live
+nodes and the label-path prefixes above them (`jenkins-*` on every node, each
+`jenkins-java-*` on half, each `jenkins-java-maven-*` on a tenth), one project key
+and one pipeline key (`...-p00042$`) per pipeline on the same few dozen nodes each,
+a fifth of the history on nodes gone since (node churn), ledger rows for a fifth of
+it and 5 000 pods running. Each call names 1 000 candidate nodes drawn at random,
+for a pipeline label drawn at random. Cases, each beside the floor app (the same
+body answered by a bare orjson WSGI app) in alternating rounds:
 
 - `one label`: the same label on every call;
 - `random labels`: labels drawn from `--labels` pipelines;
