@@ -77,7 +77,7 @@ def placement_keys(label: str | None) -> list[str]:
 
 
 def key_kind(key: str) -> str:
-    """"pipeline", "prefix" or "segment": which kind of key `key` is."""
+    """Which kind of key `key` is: "pipeline", "prefix" or "segment"."""
     if key.endswith(PIPELINE_MARK):
         return "pipeline"
     if key.endswith(PREFIX_MARK):
