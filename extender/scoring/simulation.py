@@ -10,7 +10,9 @@ The model, in brief:
   on a partial hit, otherwise cold: the ledger's definition of warmth. Starting
   touches every step, so a busy node evicts what it has not used for a while, as
   real build caches do.
-* P pipelines with Zipf popularity and labels `<language>-<tool>-<pipeline>`. Runs
+* P pipelines with Zipf popularity and labels `<language>-<tool>-<pipeline>`, or
+  `<ci-system>-<language>-<tool>-<service>` with service names partly drawn from a
+  small shared vocabulary (`scenarios.named_labels`). Runs
   arrive as a Poisson process; a run is a fan-out burst of 1..`fanout` pods (with
   probability `fanout_share`, else one pod). A pod runs `base` seconds (exponential
   around `run_time`) plus `cold_extra` when cold or `partial_extra` on a partial hit:
