@@ -2,6 +2,7 @@
 
 import http.cookiejar
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -36,6 +37,11 @@ def admin_session(url: str, username: str, password: str):
     return opener
 
 
+def ledger(directory, query):
+    with sqlite3.connect(f"file:{directory / 'demo.db'}?mode=ro", uri=True) as db:
+        return db.execute(query).fetchall()
+
+
 def test_demo_shows_placements_in_the_admin(tmp_path):
     port = free_port()
     demo = subprocess.Popen(
@@ -63,13 +69,49 @@ def test_demo_shows_placements_in_the_admin(tmp_path):
             page = opener.open(f"{url}/admin/").read().decode()
             total = int(re.search(r'id="ks-total-placements">(\d+)<', page).group(1))
         assert total >= 20
-        chart = opener.open(f"{url}/admin/pipeline/?q=jenkins").read().decode()
+        # The pipeline the banner links to has its chart.
+        pipeline = re.search(r"Pipeline: (\S+)", banner).group(1)
+        assert pipeline.startswith(f"{url}/admin/pipeline/?q=")
+        chart = opener.open(pipeline).read().decode()
         assert 'class="bar"' in chart
+        # The pods report their containers' start and end: the ledger gets startup
+        # and run times within the first minute.
+        timed = 0
+        while not timed and time.monotonic() < deadline + 60:
+            time.sleep(2)
+            timed = ledger(
+                tmp_path,
+                "SELECT COUNT(*) FROM history_placement"
+                " WHERE startup_seconds IS NOT NULL AND run_seconds IS NOT NULL",
+            )[0][0]
+        assert timed
     finally:
         demo.terminate()
         output, _ = demo.communicate(timeout=60)
     assert demo.returncode == 0, output
     assert "Stopping the demo" in output
+    # The headline is the ledger's warmth, and the ledger's warmth is "this pipeline
+    # ran on this node before", as the documented query recomputes it.
+    rows = dict(
+        ledger(
+            tmp_path, "SELECT warmth, COUNT(*) FROM history_placement GROUP BY warmth"
+        )
+    )
+    total = sum(rows.values())
+    shares = ", ".join(
+        f"{rows.get(level, 0) / total:.0%} {level}"
+        for level in ("exact", "partial", "cold")
+    )
+    assert output.rstrip().endswith(f"ledger: {total} placements, {shares}"), output
+    check = (REPO / "tools" / "demo_warmth.sql").read_text()
+    with sqlite3.connect(tmp_path / "demo.db") as db:
+        cursor = db.execute(check)
+        result = dict(
+            zip([c[0] for c in cursor.description], cursor.fetchone(), strict=True)
+        )
+    assert result["placements"] == total
+    assert result["ledger_exact"] == rows.get("exact", 0) > 0
+    assert result["disagreements"] == 0
     # Loopback only.
     assert (
         f"Listening at: http://127.0.0.1:{port}" in (tmp_path / "web.log").read_text()

@@ -16,7 +16,15 @@ from extender.scoring.default_profile import (
     node_affinity_scores,
 )
 from extender.scoring.rules import WarmRules, seed_matches
-from extender.scoring.scenarios import SCENARIOS, Scenario, synthetic_workload
+from extender.scoring.scenarios import (
+    SCENARIOS,
+    Pod,
+    Scenario,
+    Workload,
+    pipeline_labels,
+    shared_name_share,
+    synthetic_workload,
+)
 from extender.scoring.simulation import (
     format_table,
     run,
@@ -210,6 +218,8 @@ def test_warm_rules_come_from_options():
         (["--nodes", "0"], "--nodes must be greater than 0"),
         (["--percentage", "101"], "--percentage must be between 1 and 100"),
         (["--fanout-share", "2"], "--fanout-share must be between 0 and 1"),
+        (["--shared-names", "-1"], "--shared-names must be between 0 and 1"),
+        (["--systems", "-1"], "--systems must not be negative"),
     ],
 )
 def test_bad_options_are_refused(args, message):
@@ -218,7 +228,52 @@ def test_bad_options_are_refused(args, message):
 
 
 def test_documented_scenarios_exist():
-    assert {"default", "many-small", "hot-fanout"} <= set(SCENARIOS)
+    assert {"default", "many-small", "hot-fanout", "shared-names"} <= set(SCENARIOS)
+
+
+def test_exact_means_this_pipeline_ran_on_the_node():
+    """One node: a shared service name is not an exact hit, a shared prefix is a
+    partial one, and only the pipeline itself makes the next run exact."""
+    labels = [
+        "jenkins-java-build-api",
+        "gitlab-go-lint-api",
+        "jenkins-java-test-api",
+        "jenkins-java-build-api",
+    ]
+    pods = [
+        Pod(label=label, cpu=1.0, base=10.0, arrived=100.0 * i)
+        for i, label in enumerate(labels)
+    ]
+    scenario = Scenario(nodes=1, cache_slots=20, replace_every=0)
+    result = simulate(scenario, Workload(pods=pods), "none")
+    assert result["pods"] == 4
+    assert result["exact_rate"] == 0.25
+    assert result["partial_rate"] == 0.25
+    assert result["cold_rate"] == 0.5
+
+
+def test_shared_names_labels_share_their_last_segment():
+    scenario = SCENARIOS["shared-names"]
+    labels = pipeline_labels(scenario)
+    assert len(set(labels)) == len(labels) == scenario.pipelines
+    assert all(len(label.split("-")) == 4 for label in labels)
+    assert 0.3 <= shared_name_share(labels) <= 0.5
+    assert shared_name_share(pipeline_labels(SCENARIOS["default"])) == 0.0
+    # Another CI system or language, not merely another tool.
+    assert shared_name_share(["a-x-t1-api", "a-x-t2-api", "b-x-t1-web"]) == 0.0
+    assert shared_name_share(["a-x-t1-api", "b-x-t1-api", "c-y-t-svc"]) == 0.6667
+
+
+def test_warm_and_webhook_beat_seed_when_service_names_are_shared():
+    scenario = with_options(
+        SCENARIOS["shared-names"], nodes=12, pipelines=30, runs=800, arrival=22.0
+    )
+    report = run(scenario)
+    assert report["shared_names"] >= 0.3
+    results = {r["strategy"]: r for r in report["results"]}
+    seed = results["seed"]["exact_rate"]
+    assert results["warm"]["exact_rate"] > seed + 0.2
+    assert results["webhook"]["exact_rate"] > seed + 0.2
 
 
 @pytest.mark.django_db

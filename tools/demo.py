@@ -8,7 +8,15 @@ Runs the real parts against the test API server (tests/fakeapi/):
 - a driver in this process that plays kube-scheduler and the kubelets: pipeline pods
   arrive (with fan-out bursts), each is scored by calling the real prioritize endpoint
   and bound to the best node (extender score × weight × 10 plus a least-allocated
-  score, as kube-scheduler adds them), runs for a while and finishes.
+  score, as kube-scheduler adds them); its container starts after a startup that is
+  short where this pipeline ran before, longer where only a pipeline sharing a
+  label prefix did and longest on a cold node, runs for a while and finishes, and
+  the pod's status says so (PodScheduled, startedAt, finishedAt) as a kubelet's does.
+
+The pipelines are those of an organisation: several CI systems and teams, each with
+its services, some service names (`api`, `worker`, `docs`) used by more than one
+team. The progress line reports the ledger's own warmth (`history_placement.warmth`,
+what the watcher recorded), the same exact, partial and cold as the admin's.
 
 Its database lives in var/demo/ and starts empty on every run; `make run`'s history is
 left alone. It stops after --minutes or on Ctrl-C (SIGINT/SIGTERM), stopping its
@@ -24,6 +32,7 @@ import random
 import secrets
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -33,37 +42,77 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.fakeapi import FakeApiServer, make_node, make_pod, write_kubeconfig
+from history.labels import path_keys, placement_keys
+from tests.fakeapi import (
+    FakeApiServer,
+    make_node,
+    make_pod,
+    pod_status,
+    write_kubeconfig,
+)
 from tests.servers import wait_for_port
 
 REPO = Path(__file__).resolve().parent.parent
 USERNAME = "demo"
 # kube-scheduler adds score × weight × 10; deploy/ ships weight 5.
 EXTENDER_WEIGHT = 5
-# Pipelines from general to specific; each project label gets popularity by Zipf.
-SYSTEMS = {
-    "jenkins": {"java": ["maven", "gradle"], "python": ["pytest", "tox"]},
-    "gitlab": {"go": ["build", "lint"], "node": ["npm", "yarn"]},
-    "tekton": {"rust": ["cargo"], "java": ["maven"]},
-}
-PROJECTS_PER_TOOL = 3
+# An organisation's pipelines, `<ci-system>-<team>-<language>-<service>`: several CI
+# systems and teams, and service names more than one team uses (api, worker, docs).
+# Each label gets its popularity by Zipf.
+TEAMS = [
+    ("jenkins", "payments", "java", ["api", "ledger", "worker"]),
+    ("jenkins", "identity", "java", ["api", "auth"]),
+    ("gitlab", "search", "go", ["api", "indexer", "worker"]),
+    ("gitlab", "data", "python", ["etl", "worker", "docs"]),
+    ("github", "web", "node", ["frontend", "admin", "docs"]),
+    ("github", "mobile", "kotlin", ["api", "app"]),
+    ("tekton", "platform", "go", ["gateway", "operator"]),
+]
+# Seconds from binding to the container's start, by how warm the node is for the
+# pipeline (the ledger's definition), and the run itself. Short enough that the
+# outcomes and the time saved fill in the first minutes.
+STARTUP = {"exact": (2, 6), "partial": (10, 18), "cold": (25, 45)}
+RUN = (20, 90)
 
 
 def pipeline_labels() -> list[str]:
-    labels = []
-    for system, languages in SYSTEMS.items():
-        for language, tools in languages.items():
-            for tool in tools:
-                for number in range(1, PROJECTS_PER_TOOL + 1):
-                    labels.append(f"{system}-{language}-{tool}-app{number}")
-    return labels
+    return [
+        f"{system}-{team}-{language}-{service}"
+        for system, team, language, services in TEAMS
+        for service in services
+    ]
+
+
+def ledger_warmth(database: Path) -> dict[str, int]:
+    """Placements per warmth as the watcher recorded them in the ledger."""
+    if not database.exists():
+        return {}
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as db:
+        rows = db.execute(
+            "SELECT warmth, COUNT(*) FROM history_placement GROUP BY warmth"
+        ).fetchall()
+    return {warmth: count for warmth, count in rows}
+
+
+def warmth_line(counts: dict[str, int]) -> str:
+    total = sum(counts.values())
+    if not total:
+        return "ledger: no placements yet"
+    shares = ", ".join(
+        f"{counts.get(level, 0) / total:.0%} {level}"
+        for level in ("exact", "partial", "cold")
+    )
+    return f"ledger: {total} placements, {shares}"
 
 
 @dataclass
 class RunningPod:
     name: str
     node: str
+    scheduled: datetime
+    starts_at: float
     ends_at: float
+    started: datetime | None = None
 
 
 @dataclass
@@ -78,8 +127,17 @@ class Simulation:
     labels: list[str] = field(default_factory=pipeline_labels)
     running: list[RunningPod] = field(default_factory=list)
     placed: int = 0
-    warm: int = 0
     number: int = 0
+    # What ran on each node: every key a placement counts under (labels.placement_keys).
+    ran: dict[str, set[str]] = field(default_factory=dict)
+
+    def warmth(self, label: str, node: str) -> str:
+        """The ledger's warmth: exact when this pipeline ran on `node`, partial when
+        a pipeline sharing a leading run of its segments did, else cold."""
+        keys, ran = path_keys(label), self.ran.get(node, set())
+        if keys[-1] in ran:
+            return "exact"
+        return "partial" if any(key in ran for key in keys[:-1]) else "cold"
 
     def popular_label(self) -> str:
         # Zipf-like: the first labels of a shuffled list are the hot pipelines.
@@ -119,36 +177,52 @@ class Simulation:
 
         best = max(total(node) for node in feasible)
         node = self.rng.choice([n for n in feasible if total(n) == best])
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        condition = {"type": "PodScheduled", "status": "True"}
-        self.server.modify_pod(
-            name,
-            {
-                "spec": {"nodeName": node},
-                "status": {
-                    "phase": "Running",
-                    "conditions": [{**condition, "lastTransitionTime": now}],
-                },
-            },
-        )
+        startup = self.rng.uniform(*STARTUP[self.warmth(label, node)])
+        self.ran.setdefault(node, set()).update(placement_keys(label))
+        scheduled = datetime.now(UTC)
+        self.report(name, node, scheduled=scheduled)
         self.placed += 1
-        self.warm += scores.get(node, 0) > 1
-        runtime = self.rng.uniform(20, 120)
-        self.running.append(RunningPod(name, node, time.monotonic() + runtime))
+        starts_at = time.monotonic() + startup
+        ends_at = starts_at + self.rng.uniform(*RUN)
+        self.running.append(RunningPod(name, node, scheduled, starts_at, ends_at))
 
-    def finish_due(self) -> None:
-        """Pods whose run is over succeed (or fail, now and then) and are deleted."""
+    def report(self, name: str, node: str, **status) -> None:
+        """Write the pod's status as its kubelet would (`pod_status`)."""
+
+        def change(pod):
+            pod["spec"]["nodeName"] = node
+            pod["status"] = pod_status(**status)
+
+        self.server.modify_pod(name, change)
+
+    def start_and_finish_due(self) -> None:
+        """Containers whose startup is over start; pods whose run is over succeed
+        (or fail, now and then) and are deleted."""
         now = time.monotonic()
+        for pod in self.running:
+            if pod.started is None and pod.starts_at <= now:
+                pod.started = datetime.now(UTC)
+                self.report(
+                    pod.name, pod.node, scheduled=pod.scheduled, started=pod.started
+                )
         due = [pod for pod in self.running if pod.ends_at <= now]
         self.running = [pod for pod in self.running if pod.ends_at > now]
         for pod in due:
-            phase = "Failed" if self.rng.random() < 0.05 else "Succeeded"
-            self.server.modify_pod(pod.name, {"status": {"phase": phase}})
+            exit_code = 1 if self.rng.random() < 0.05 else 0
+            self.report(
+                pod.name,
+                pod.node,
+                scheduled=pod.scheduled,
+                started=pod.started or datetime.now(UTC),
+                finished=datetime.now(UTC),
+                exit_code=exit_code,
+            )
             self.server.delete_pod(pod.name)
 
     def tick(self, rate: float) -> None:
-        """One second of the cluster: arrivals (sometimes a fan-out) and endings."""
-        self.finish_due()
+        """One second of the cluster: arrivals (sometimes a fan-out), container
+        starts and endings."""
+        self.start_and_finish_due()
         arrivals = self.poisson(rate)
         for _ in range(arrivals):
             label = self.popular_label()
@@ -284,9 +358,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.rate:g} pipelines a second, for {args.minutes:g} minutes.\n"
             f"  Admin:    {url}/admin/\n"
             f"  Login:    {USERNAME} / {password}   (a new password every run)\n"
-            f"  Pipeline: {url}/admin/pipeline/?q=jenkins-java-maven\n"
-            "Placements appear within seconds; warmth builds up over a minute or "
-            f"two.\nLogs: {demo_dir}/web.log, {demo_dir}/watcher.log. Ctrl-C stops.\n",
+            f"  Pipeline: {url}/admin/pipeline/?q=jenkins-payments-java-api\n"
+            "Placements appear within seconds; warmth, startup and run times and "
+            "the time saved\nbuild up over the first minutes. Warmth as the ledger "
+            f"records it: {demo_dir / 'demo.db'}, table history_placement.\n"
+            f"Logs: {demo_dir}/web.log, {demo_dir}/watcher.log. Ctrl-C stops.\n",
             flush=True,
         )
         simulation = Simulation(
@@ -307,16 +383,16 @@ def main(argv: list[str] | None = None) -> int:
             simulation.tick(args.rate)
             if time.monotonic() >= next_report:
                 next_report += 15
-                warm = simulation.warm / max(simulation.placed, 1)
                 print(
                     f"{simulation.placed} pods placed, {len(simulation.running)} "
-                    f"running, {warm:.0%} on a warm node",
+                    f"running; {warmth_line(ledger_warmth(demo_dir / 'demo.db'))}",
                     flush=True,
                 )
             stopping.wait(max(0.0, 1.0 - (time.monotonic() - started)))
     finally:
         print("Stopping the demo ...", flush=True)
         stop(watcher)
+        print(warmth_line(ledger_warmth(demo_dir / "demo.db")), flush=True)
         stop(web)
         server.stop()
         for log in logs.values():

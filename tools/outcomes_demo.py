@@ -23,6 +23,7 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from history.labels import path_keys, placement_keys
 from tests.fakeapi import (
     FakeApiServer,
     make_node,
@@ -48,13 +49,15 @@ class Demo:
     def __init__(self, server: FakeApiServer, rng: random.Random) -> None:
         self.server = server
         self.rng = rng
-        self.ran: set[tuple[str, str]] = set()  # (segment, node) with history
+        self.ran: set[tuple[str, str]] = set()  # (key, node) with history
         self.expected: list[tuple[str, str, str, float | None, float | None]] = []
         self.clock = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
         self.number = 0
 
     def warmth(self, label: str, node: str) -> str:
-        keys = label.split("-")
+        """The ledger's warmth: exact when this pipeline ran on `node`, partial when
+        a pipeline sharing a leading run of its segments did, else cold."""
+        keys = path_keys(label)
         if (keys[-1], node) in self.ran:
             return "exact"
         return "partial" if any((k, node) in self.ran for k in keys) else "cold"
@@ -71,7 +74,7 @@ class Demo:
         label = self.rng.choices(list(PIPELINES), weights=PIPELINES.values())[0]
         node = self.pick_node(label)
         warmth = self.warmth(label, node)
-        self.ran.update((key, node) for key in label.split("-"))
+        self.ran.update((key, node) for key in placement_keys(label))
         name = f"{label}-{self.number}"
         self.clock += timedelta(seconds=self.rng.randint(60, 400))
         bound = self.clock

@@ -11,6 +11,20 @@ from history.labels import split_pipeline_label
 from history.models import Placement
 
 LANGUAGES = ("java", "go", "py", "node", "rust", "ruby", "dotnet", "cpp")
+# The shared-names labels: `<ci-system>-<language>-<tool>-<service>`, where a share
+# of the services take their name from a small vocabulary, as service names do.
+CI_SYSTEMS = ("jenkins", "gitlab", "github", "tekton", "argo", "buildkite")
+TOOLS = ("build", "test", "lint", "release", "scan", "deploy")
+SHARED_SERVICES = (
+    "api",
+    "web",
+    "frontend",
+    "worker",
+    "docs",
+    "auth",
+    "gateway",
+    "admin",
+)
 
 
 @dataclass(frozen=True)
@@ -23,6 +37,10 @@ class Scenario:
     pipelines: int = 80
     languages: int = 4
     tools: int = 3
+    # 0: labels `<language>-<language><tool>-p<n>`, whose segments never collide;
+    # more: `<ci-system>-<language>-<tool>-<service>` over that many CI systems.
+    systems: int = 0
+    shared_names: float = 0.0
     zipf: float = 1.1
     runs: int = 2500
     arrival: float = 10.0
@@ -76,13 +94,16 @@ SCENARIOS = {
     "sampled": Scenario(
         nodes=300, pipelines=600, runs=6000, arrival=1.0, percentage=40
     ),
+    # Labels `<ci-system>-<language>-<tool>-<service>` where 40 % of the services
+    # are named from a small shared vocabulary (api, web, worker, ...): the most
+    # specific segment alone no longer tells one pipeline from another.
+    "shared-names": Scenario(systems=4, shared_names=0.4),
 }
 
 
 @dataclass
 class Pod:
     label: str
-    keys: list[str]
     cpu: float
     base: float
     arrived: float
@@ -97,8 +118,11 @@ class Workload:
 
 
 def pipeline_labels(scenario: Scenario) -> list[str]:
-    """`<language>-<language><tool>-p<n>` for each pipeline, in popularity order."""
+    """One label per pipeline, in popularity order: `<language>-<language><tool>-p<n>`,
+    or with `systems` `<ci-system>-<language>-<tool>-<service>` (see `named_labels`)."""
     rng = random.Random(scenario.seed * 7919 + 1)
+    if scenario.systems:
+        return named_labels(scenario, rng)
     languages = [LANGUAGES[i % len(LANGUAGES)] for i in range(scenario.languages)]
     labels = []
     for index in range(scenario.pipelines):
@@ -107,6 +131,55 @@ def pipeline_labels(scenario: Scenario) -> list[str]:
         name = languages[language] + (str(language) if language >= 8 else "")
         labels.append(f"{name}-{name}{tool}-p{index}")
     return labels
+
+
+def _numbered(names: tuple[str, ...], count: int) -> list[str]:
+    """`count` names from `names`, numbered once the list runs out (`java2`)."""
+    return [
+        names[i % len(names)] + (str(i // len(names) + 1) if i >= len(names) else "")
+        for i in range(count)
+    ]
+
+
+def named_labels(scenario: Scenario, rng: random.Random) -> list[str]:
+    """`<ci-system>-<language>-<tool>-<service>`, distinct: with probability
+    `shared_names` the service is named from `SHARED_SERVICES`, else it has a name
+    of its own (`svc<n>`)."""
+    languages = _numbered(LANGUAGES, scenario.languages)
+    systems = _numbered(CI_SYSTEMS, scenario.systems)
+    tools = _numbered(TOOLS, scenario.tools)
+    labels: list[str] = []
+    taken: set[str] = set()
+    for index in range(scenario.pipelines):
+        for attempt in range(100):
+            service = f"svc{index}"
+            # A service name of its own makes the label distinct in the end.
+            if attempt < 99 and rng.random() < scenario.shared_names:
+                service = rng.choice(SHARED_SERVICES)
+            label = "-".join(
+                (rng.choice(systems), rng.choice(languages), rng.choice(tools), service)
+            )
+            if label not in taken:
+                break
+        taken.add(label)
+        labels.append(label)
+    return labels
+
+
+def shared_name_share(labels: list[str]) -> float:
+    """The share of `labels` whose last segment is also the last segment of a
+    label with another first or second segment (another CI system or language)."""
+    split = [split_pipeline_label(label) for label in labels]
+    split = [segments for segments in split if segments]
+    shared = sum(
+        any(
+            other[-1] == segments[-1] and other[:2] != segments[:2]
+            for other in split
+            if other is not segments
+        )
+        for segments in split
+    )
+    return round(shared / len(split), 4) if split else 0.0
 
 
 def synthetic_workload(scenario: Scenario) -> Workload:
@@ -131,7 +204,6 @@ def synthetic_workload(scenario: Scenario) -> Workload:
             pods.append(
                 Pod(
                     label=label,
-                    keys=label.split("-"),
                     cpu=scenario.pod_cpu,
                     base=rng.expovariate(1 / scenario.run_time),
                     arrived=now,
@@ -174,7 +246,6 @@ def ledger_workload(scenario: Scenario) -> tuple[Workload, int]:
         pods.append(
             Pod(
                 label="-".join(keys),
-                keys=keys,
                 cpu=scenario.pod_cpu,
                 base=ran if ran is not None and ran >= 0 else scenario.run_time,
                 arrived=(bound_at - start).total_seconds(),

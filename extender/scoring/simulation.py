@@ -10,7 +10,9 @@ The model, in brief:
   on a partial hit, otherwise cold: the ledger's definition of warmth. Starting
   touches every step, so a busy node evicts what it has not used for a while, as
   real build caches do.
-* P pipelines with Zipf popularity and labels `<language>-<tool>-<pipeline>`. Runs
+* P pipelines with Zipf popularity and labels `<language>-<tool>-<pipeline>`, or
+  `<ci-system>-<language>-<tool>-<service>` with service names partly drawn from a
+  small shared vocabulary (`scenarios.named_labels`). Runs
   arrive as a Poisson process; a run is a fan-out burst of 1..`fanout` pods (with
   probability `fanout_share`, else one pod). A pod runs `base` seconds (exponential
   around `run_time`) plus `cold_extra` when cold or `partial_extra` on a partial hit:
@@ -56,6 +58,7 @@ from extender.scoring.scenarios import (
     Pod,
     Scenario,
     Workload,
+    shared_name_share,
     synthetic_workload,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
@@ -275,7 +278,9 @@ def run(
 ) -> dict[str, Any]:
     """Simulate `scenario` once per strategy over the same workload.
 
-    Returns {"scenario": parameters, "pods": n, "results": [figures per strategy],
+    Returns {"scenario": parameters, "pods": n, "shared_names": the share of the
+    pipelines whose last segment another CI system's or language's pipeline also
+    ends with, "results": [figures per strategy],
     "warm_wins": bool or None, "webhook_targets": dict or None}. `warm_wins` says
     whether `warm` beat the other extender strategies and no extender on exact-hit
     rate with its busiest node at most 1.25x the mean load; `webhook_targets`
@@ -300,6 +305,7 @@ def run(
         "scenario": asdict(scenario),
         "pods": len(workload.pods),
         "node_replacements": len(workload.replacements),
+        "shared_names": shared_name_share(sorted({pod.label for pod in workload.pods})),
         "results": results,
         "warm_wins": wins,
         "webhook_targets": targets,

@@ -28,6 +28,10 @@ HELP = {
     "pipelines": "number of pipelines",
     "languages": "distinct first segments (languages)",
     "tools": "tools per language (second segments)",
+    "systems": "CI systems: labels <ci-system>-<language>-<tool>-<service> "
+    "(0: <language>-<language><tool>-p<n>)",
+    "shared_names": "with --systems: share of services named from a small "
+    "shared vocabulary (api, web, worker, ...)",
     "zipf": "Zipf exponent of pipeline popularity",
     "runs": "pipeline runs to simulate",
     "arrival": "mean seconds between runs",
@@ -127,9 +131,15 @@ class Command(BaseCommand):
         for name, report in reports.items():
             source = "recorded ledger" if options["from_db"] else "synthetic"
             scenario = report["scenario"]
+            shared = ""
+            if report["shared_names"]:
+                shared = (
+                    f"; {report['shared_names']:.0%} of the pipelines share their "
+                    "last segment with another CI system or language"
+                )
             self.stdout.write(
                 f"scenario {name} ({source}, {report['pods']} pods, "
-                f"{scenario['nodes']} nodes, seed {scenario['seed']})"
+                f"{scenario['nodes']} nodes, seed {scenario['seed']}{shared})"
             )
             self.stdout.write(format_table(report) + "\n")
 
@@ -146,6 +156,11 @@ class Command(BaseCommand):
         percentage = overrides.get("percentage")
         if percentage is not None and not 0 < percentage <= 100:
             raise CommandError("--percentage must be between 1 and 100")
-        share = overrides.get("fanout_share")
-        if share is not None and not 0 <= share <= 1:
-            raise CommandError("--fanout-share must be between 0 and 1")
+        for name in ("fanout_share", "shared_names"):
+            share = overrides.get(name)
+            if share is not None and not 0 <= share <= 1:
+                option = "--" + name.replace("_", "-")
+                raise CommandError(f"{option} must be between 0 and 1")
+        systems = overrides.get("systems")
+        if systems is not None and systems < 0:
+            raise CommandError("--systems must not be negative")
