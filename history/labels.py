@@ -77,12 +77,21 @@ def placement_keys(label: str | None) -> list[str]:
 
 
 def key_kind(key: str) -> str:
-    """"pipeline", "prefix" or "segment": which kind of key `key` is."""
+    """Which kind of key `key` is: "pipeline", "prefix" or "segment"."""
     if key.endswith(PIPELINE_MARK):
         return "pipeline"
     if key.endswith(PREFIX_MARK):
         return "prefix"
     return "segment"
+
+
+def key_label(key: str) -> str:
+    """The label (or label prefix) a label-path key names: `jenkins-java` for
+    `jenkins-java-*` and for `jenkins-java$`; a segment is returned as it is."""
+    for mark in (PIPELINE_MARK, PREFIX_MARK):
+        if key.endswith(mark):
+            return key[: -len(mark)]
+    return key
 
 
 # A Kubernetes label value is at most 63 characters of letters, digits, `-`, `_` and

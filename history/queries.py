@@ -4,16 +4,27 @@ from __future__ import annotations
 
 from django.db.models import Count, Max, Q, Sum
 
-from history.labels import split_pipeline_label
+from history.labels import key_kind, key_label, split_pipeline_label
 from history.models import KeyNode, Placement
 
 
 def placements_with_key(*, key: str):
-    """Placements whose pipeline label contains `key` as a whole segment.
+    """Placements that count under `key` (`labels.placement_keys`).
 
-    A QuerySet of Placement, newest first. `java` matches `jenkins-java-maven`
-    but not `javascript`.
+    A QuerySet of Placement. A segment matches as a whole segment: `java` matches
+    `jenkins-java-maven` but not `javascript`. A prefix `jenkins-java-*` matches
+    `jenkins-java` and the labels under it; a pipeline `jenkins-java$` matches
+    that label only. (A label written with empty segments, `jenkins--java`, counts
+    under `jenkins-java$` but is not matched here: the match is on the stored text.)
     """
+    kind = key_kind(key)
+    if kind != "segment":
+        label = key_label(key)
+        if kind == "pipeline":
+            return Placement.objects.filter(label=label)
+        return Placement.objects.filter(
+            Q(label=label) | Q(label__startswith=f"{label}-")
+        )
     return Placement.objects.filter(
         Q(label=key)
         | Q(label__startswith=f"{key}-")

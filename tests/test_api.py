@@ -139,6 +139,11 @@ def test_placements_filters(api, history):
     assert uids(api) == ["a", "b", "c"]
     assert uids(api, key="java") == ["a", "b"]
     assert uids(api, key="javascript") == ["c"]
+    # A label-path key matches the placements that count under it.
+    assert uids(api, key="jenkins-*") == ["a", "b", "c"]
+    assert uids(api, key="jenkins-java-*") == ["a", "b"]
+    assert uids(api, key="jenkins-java$") == []
+    assert uids(api, key="jenkins-javascript$") == ["c"]
     assert uids(api, node="worker-2") == ["b", "c"]
     assert uids(api, label="jenkins-javascript") == ["c"]
     assert uids(api, active="true") == ["a", "c"]
