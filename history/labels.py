@@ -76,8 +76,18 @@ def placement_keys(label: str | None) -> list[str]:
     ]
 
 
+# The kinds of key, each as "title: what it says about a node", for the admin and
+# the API.
+KEY_KINDS = {
+    "segment": "segment: one part of a label (jenkins, app1), the Go tool's model, "
+    "which seed reads",
+    "prefix": "label prefix: a pipeline under it ran here (jenkins-java-*)",
+    "pipeline": "pipeline: this very pipeline ran here (jenkins-java-maven-app1$)",
+}
+
+
 def key_kind(key: str) -> str:
-    """Which kind of key `key` is: "pipeline", "prefix" or "segment"."""
+    """Which kind of key `key` is: "pipeline", "prefix" or "segment" (`KEY_KINDS`)."""
     if key.endswith(PIPELINE_MARK):
         return "pipeline"
     if key.endswith(PREFIX_MARK):
