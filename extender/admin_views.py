@@ -1,7 +1,8 @@
 """The admin's pipeline page: why a pipeline's pods land where they do.
 
-For a key (`maven`) or a full label value (`jenkins-java-maven-1`) it shows each warm
-node's score and what decides it (matched segment, count, penalty) as a server-side
+For a key (`maven`), a label-path key (`jenkins-java-*`, shown as the label it
+names) or a full label value (`jenkins-java-maven-1`) it shows each warm node's score
+and what decides it (the key that made it warm, count, penalty) as a server-side
 SVG bar chart (no scripts, no CDN), the scores every known node would get now,
 startup and run time by warmth with the time warm placement saved
 (`history.outcomes`), and the recent placements from the ledger.
@@ -42,6 +43,12 @@ VALUE_WIDTH = 300
 # written on it, and the points the penalties took off trail it in light red.
 MATCH_COLOURS = {"exact": "#1a7f4b", "partial": "#e08a1e", "other": "#8c8c8c"}
 PENALTY_COLOUR = "#f4a6a0"
+# What exact and partial mean for the keys the strategy reads: the label path
+# (`warm`) or the segments (`seed`).
+MATCH_MEANINGS = {
+    "path": ("this very pipeline ran there", "a pipeline under a prefix of its label"),
+    "segment": ("the most specific segment", "a more general one"),
+}
 
 
 # Startup and run time by warmth: per class, a median bar with a p90 whisker.
@@ -151,8 +158,8 @@ def chart_bars(explanation: list[dict], segments: int) -> list[dict]:
 
     A bar's length is the node's score (0 to MAX_SCORE, written on the bar); a light
     red part beyond it shows the points the penalties took off the score its history
-    gives (`base_score`). Beside it, what decides: the matched segment and its count,
-    and the penalty.
+    gives (`base_score`). Beside it, what decides: the key that made it warm (a
+    segment for `seed`, a label-path key for `warm`) and its count, and the penalty.
     """
     warm = [row for row in explanation if row["raw_count"] > 0]
     warm.sort(key=lambda row: (-row["score"], -row["raw_count"], row["node"]))
@@ -209,7 +216,8 @@ def pipeline_view(request):
     refused = refuse_nul_parameters(request)
     if refused is not None:
         return refused
-    value = request.GET.get("q", "").strip()
+    # A label-path key (`jenkins-java-*`, `jenkins-java$`) looks up the label it names.
+    value = labels.key_label(request.GET.get("q", "").strip())
     keys = labels.split_pipeline_label(value)
     context = {
         **admin.site.each_context(request),
@@ -217,10 +225,11 @@ def pipeline_view(request):
         "q": value,
         "keys": keys,
         "has_history": KeyNode.objects.exists() or Placement.objects.exists(),
-        "busiest_keys": queries.key_totals()[:15],
+        "busiest_keys": queries.busiest_keys(15),
     }
     if keys:
         strategy = get_strategy()
+        read_keys = strategy.keys_of(value)
         explanation = strategy.explain(label=value, nodes=known_nodes())
         bars = chart_bars(explanation, len(keys))
         ranked = sorted(explanation, key=lambda row: (-row["score"], row["node"]))
@@ -235,6 +244,11 @@ def pipeline_view(request):
             "-bound_at", "-pk"
         )
         report = outcomes.outcome_report(label=value)
+        match_meanings = (
+            MATCH_MEANINGS["path"]
+            if labels.key_kind(read_keys[-1]) == "pipeline"
+            else MATCH_MEANINGS["segment"]
+        )
         context.update(
             {
                 "outcomes": report,
@@ -246,7 +260,8 @@ def pipeline_view(request):
                 "saved": saved_headline(report),
                 "outcome_days": outcomes.WINDOW.days,
                 "strategy": strategy.name,
-                "segments": queries.key_totals().filter(key__in=keys),
+                "read_keys": read_keys,
+                "segments": queries.key_totals().filter(key__in=read_keys),
                 "bars": bars,
                 "chart": {
                     "label_width": LABEL_WIDTH,
@@ -258,8 +273,8 @@ def pipeline_view(request):
                     "max_score": MAX_SCORE,
                     "penalty_colour": PENALTY_COLOUR,
                     "legend": [
-                        ("exact", MATCH_COLOURS["exact"], "the most specific segment"),
-                        ("partial", MATCH_COLOURS["partial"], "a more general one"),
+                        ("exact", MATCH_COLOURS["exact"], match_meanings[0]),
+                        ("partial", MATCH_COLOURS["partial"], match_meanings[1]),
                         ("penalty", PENALTY_COLOUR, "points the penalties took off"),
                     ],
                 },

@@ -20,8 +20,15 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
 from history import corrections
-from history.admin_filters import ActiveFilter, CountFilter, KeyFilter, NodeFilter
+from history.admin_filters import (
+    ActiveFilter,
+    CountFilter,
+    KeyFilter,
+    KindFilter,
+    NodeFilter,
+)
 from history.exceptions import WriteLockTimeoutError
+from history.labels import key_kind, key_label
 from history.models import (
     CountAdjustment,
     HistoryImport,
@@ -195,13 +202,21 @@ class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
         "key",
         "node_name",
         "count",
+        "kind",
         "weight",
         "last_placement",
         "updated",
         "links",
     )
     list_editable = ("count",)
-    list_filter = (KeyFilter, NodeFilter, CountFilter, "last_placed_at", "updated")
+    list_filter = (
+        KindFilter,
+        KeyFilter,
+        NodeFilter,
+        CountFilter,
+        "last_placed_at",
+        "updated",
+    )
     search_fields = ("key", "node")
     date_hierarchy = "updated"
     ordering = ("key", "node")
@@ -224,6 +239,10 @@ class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
         extra_context = {"weight_now_help": WEIGHT_NOW_HELP, **(extra_context or {})}
         return super().changelist_view(request, extra_context)
 
+    @admin.display(description="kind")
+    def kind(self, obj):
+        return key_kind(obj.key)
+
     @admin.display(description="weight now")
     def weight(self, obj):
         value = weight_now(
@@ -243,7 +262,7 @@ class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
         return format_html(
             '<a href="{}">placements</a> · <a href="{}">pipeline</a>',
             placements_url(key=obj.key, node=obj.node),
-            pipeline_url(obj.key),
+            pipeline_url(key_label(obj.key)),
         )
 
     def get_readonly_fields(self, request, obj=None):

@@ -1,10 +1,11 @@
-"""List filters of the history admin: by key, by node (the busiest values), by count
-range and by pod state."""
+"""List filters of the history admin: by key, by kind of key, by node (the busiest
+values), by count range and by pod state."""
 
 from django.contrib import admin
 from django.db.models import Count, Q
 
 from history import queries
+from history.labels import KEY_KINDS
 from history.models import KeyNode, Placement
 
 # Filters list the busiest values only: a cluster may have thousands of nodes.
@@ -41,6 +42,23 @@ class KeyFilter(BusiestValuesFilter):
             segment = queries.placements_with_key(key=key)
             return queryset.filter(pk__in=segment.values("pk"))
         return queryset.filter(key=key)
+
+
+class KindFilter(admin.SimpleListFilter):
+    """Segments (the Go tool's model, what `seed` reads), label prefixes
+    (`jenkins-java-*`) or pipelines (`jenkins-java-maven-app1$`), in SQL."""
+
+    title = "kind of key"
+    parameter_name = "kind"
+
+    def lookups(self, request, model_admin):
+        return [(kind, text.split(":")[0]) for kind, text in KEY_KINDS.items()]
+
+    def queryset(self, request, queryset):
+        kind = self.value()
+        if kind in KEY_KINDS:
+            return queryset.filter(queries.keys_of_kind(kind))
+        return queryset
 
 
 class NodeFilter(BusiestValuesFilter):

@@ -22,6 +22,7 @@ from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
 from history import outcomes, queries
+from history.labels import KEY_KINDS, key_kind
 from history.models import KeyNode, Placement
 from history.permissions import can_view_history
 from history.validation import (
@@ -67,9 +68,16 @@ class HistoryAPIView(generics.ListAPIView):
 
 class KeyTotalSerializer(serializers.Serializer):
     key = serializers.CharField()
+    kind = serializers.SerializerMethodField(
+        help_text="segment (jenkins), prefix (jenkins-java-*) or pipeline "
+        "(jenkins-java-maven-app1$)."
+    )
     total = serializers.IntegerField(help_text="Sum of the counts over all nodes.")
     nodes = serializers.IntegerField(help_text="Number of nodes with a row.")
     last_placed_at = serializers.DateTimeField(allow_null=True)
+
+    def get_kind(self, row) -> str:
+        return key_kind(row["key"])
 
 
 class KeyNodeSerializer(serializers.ModelSerializer):
@@ -104,6 +112,14 @@ class KeyFilterSet(django_filters.FilterSet):
     search = django_filters.CharFilter(
         field_name="key", lookup_expr="icontains", help_text="Part of the key."
     )
+    kind = django_filters.ChoiceFilter(
+        choices=[(kind, text) for kind, text in KEY_KINDS.items()],
+        method="filter_kind",
+        help_text="Only keys of this kind.",
+    )
+
+    def filter_kind(self, queryset, name, value):
+        return queryset.filter(queries.keys_of_kind(value))
 
 
 class KeyListView(HistoryAPIView):

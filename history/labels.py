@@ -76,13 +76,32 @@ def placement_keys(label: str | None) -> list[str]:
     ]
 
 
+# The kinds of key, each as "title: what it says about a node", for the admin and
+# the API.
+KEY_KINDS = {
+    "segment": "segment: one part of a label (jenkins, app1), the Go tool's model, "
+    "which seed reads",
+    "prefix": "label prefix: a pipeline under it ran here (jenkins-java-*)",
+    "pipeline": "pipeline: this very pipeline ran here (jenkins-java-maven-app1$)",
+}
+
+
 def key_kind(key: str) -> str:
-    """Which kind of key `key` is: "pipeline", "prefix" or "segment"."""
+    """Which kind of key `key` is: "pipeline", "prefix" or "segment" (`KEY_KINDS`)."""
     if key.endswith(PIPELINE_MARK):
         return "pipeline"
     if key.endswith(PREFIX_MARK):
         return "prefix"
     return "segment"
+
+
+def key_label(key: str) -> str:
+    """The label (or label prefix) a label-path key names: `jenkins-java` for
+    `jenkins-java-*` and for `jenkins-java$`; a segment is returned as it is."""
+    for mark in (PIPELINE_MARK, PREFIX_MARK):
+        if key.endswith(mark):
+            return key[: -len(mark)]
+    return key
 
 
 # A Kubernetes label value is at most 63 characters of letters, digits, `-`, `_` and

@@ -4,16 +4,33 @@ from __future__ import annotations
 
 from django.db.models import Count, Max, Q, Sum
 
-from history.labels import split_pipeline_label
+from history.labels import (
+    PIPELINE_MARK,
+    PREFIX_MARK,
+    key_kind,
+    key_label,
+    split_pipeline_label,
+)
 from history.models import KeyNode, Placement
 
 
 def placements_with_key(*, key: str):
-    """Placements whose pipeline label contains `key` as a whole segment.
+    """Placements that count under `key` (`labels.placement_keys`).
 
-    A QuerySet of Placement, newest first. `java` matches `jenkins-java-maven`
-    but not `javascript`.
+    A QuerySet of Placement. A segment matches as a whole segment: `java` matches
+    `jenkins-java-maven` but not `javascript`. A prefix `jenkins-java-*` matches
+    `jenkins-java` and the labels under it; a pipeline `jenkins-java$` matches
+    that label only. (A label written with empty segments, `jenkins--java`, counts
+    under `jenkins-java$` but is not matched here: the match is on the stored text.)
     """
+    kind = key_kind(key)
+    if kind != "segment":
+        label = key_label(key)
+        if kind == "pipeline":
+            return Placement.objects.filter(label=label)
+        return Placement.objects.filter(
+            Q(label=label) | Q(label__startswith=f"{label}-")
+        )
     return Placement.objects.filter(
         Q(label=key)
         | Q(label__startswith=f"{key}-")
@@ -35,10 +52,27 @@ def placements_of_pipeline(*, value: str):
     return Placement.objects.filter(Q(label=value) | Q(label__startswith=f"{value}-"))
 
 
+def keys_of_kind(kind: str) -> Q:
+    """The rows (of KeyNode, CountAdjustment, ...) whose `key` is of `kind`, one of
+    `labels.KEY_KINDS`, as a condition on `key` the database evaluates: the SQL
+    form of `labels.key_kind`. An unknown kind matches nothing."""
+    pipeline = Q(key__endswith=PIPELINE_MARK)
+    prefix = Q(key__endswith=PREFIX_MARK)
+    if kind == "pipeline":
+        return pipeline
+    if kind == "prefix":
+        return prefix
+    if kind == "segment":
+        return ~pipeline & ~prefix
+    return Q(pk__in=[])
+
+
 def key_totals():
     """Per key: total count over all nodes, number of nodes, latest placement.
 
-    A QuerySet of dicts {key, total, nodes, last_placed_at}, busiest key first.
+    A QuerySet of dicts {key, total, nodes, last_placed_at}, busiest key first; every
+    kind of key (filter with `keys_of_kind`, name a row's kind with
+    `labels.key_kind`).
     """
     return (
         KeyNode.objects.values("key")
@@ -49,3 +83,13 @@ def key_totals():
         )
         .order_by("-total", "key")
     )
+
+
+def busiest_keys(limit: int) -> list[dict]:
+    """The `limit` busiest rows of `key_totals`, each with its `kind`
+    (`labels.key_kind`) and the `label` the pipeline page looks up for it
+    (`labels.key_label`: `jenkins-java` for `jenkins-java-*`)."""
+    return [
+        {**row, "kind": key_kind(row["key"]), "label": key_label(row["key"])}
+        for row in key_totals()[:limit]
+    ]

@@ -85,6 +85,20 @@ def watch_once(server, tmp_path, **settings):
             signal.signal(sig, handler)
 
 
+def placement_counts(*placements: tuple[str, str]) -> dict[tuple[str, str], int]:
+    """The KeyNode counts {(key, node): count} the placements (label, node) make:
+    every key of `labels.placement_keys`, segments and label path, once each."""
+    from collections import Counter
+
+    from history.labels import placement_keys
+
+    counts: Counter = Counter()
+    for label, node in placements:
+        for key in placement_keys(label):
+            counts[key, node] += 1
+    return dict(counts)
+
+
 def log_in(client, username: str, password: str, **extra) -> None:
     """Log `client` in through the admin's login form, as a person does, so the
     login throttling sees it (Client.login() would bypass it); `extra` goes into

@@ -273,6 +273,79 @@ def test_keynode_filters_by_key_node_and_count_range(admin_client):
     ]
 
 
+def test_keynode_filters_by_kind_of_key(admin_client):
+    make_rows()
+    place("u1", "jenkins-java-maven", "worker-1")
+    url = "/admin/history/keynode/"
+
+    def keys(kind):
+        response = admin_client.get(url, {"kind": kind})
+        assert response.status_code == 200
+        return sorted({key for key, _, _ in changelist_rows(response)})
+
+    assert keys("segment") == ["gitlab", "java", "jenkins", "maven"]
+    assert keys("prefix") == [
+        "jenkins-*",
+        "jenkins-java-*",
+        "jenkins-java-maven-*",
+    ]
+    assert keys("pipeline") == ["jenkins-java-maven$"]
+    # With another filter, and the kind shown in its column.
+    response = admin_client.get(url, {"kind": "prefix", "node": "worker-1"})
+    assert len(changelist_rows(response)) == 3
+    assert b'<td class="field-kind">prefix</td>' in response.content
+    # The filter's choices, and its query is the database's, not a Python loop.
+    response = admin_client.get(url, {"kind": "pipeline"})
+    assert b"?kind=segment" in response.content
+    assert "LIKE" in str(response.context["cl"].queryset.query).upper()
+
+
+def test_label_path_keys_are_added_edited_and_corrected_like_any_key(admin_client):
+    place("u1", "jenkins-java", "worker-1")
+    place("u2", "jenkins-java", "worker-1")
+    response = admin_client.post(
+        "/admin/history/keynode/add/",
+        {"key": "jenkins-java-maven$", "node": "worker-2", "count": "4"},
+    )
+    assert response.status_code == 302
+    response = admin_client.post(
+        "/admin/history/keynode/add/",
+        {"key": "jenkins-*-java", "node": "worker-2", "count": "4"},
+    )
+    assert response.status_code == 200
+    assert b"is none of these" in response.content
+    prefix = KeyNode.objects.get(key="jenkins-java-*", node="worker-1")
+    pipeline = KeyNode.objects.get(key="jenkins-java$", node="worker-1")
+    assert (prefix.count, pipeline.count) == (2, 2)
+    response = admin_client.post(
+        "/admin/history/keynode/", editable_post([prefix, pipeline], [5, 2])
+    )
+    assert response.status_code == 302
+    run_action(admin_client, "halve_counts", [pipeline])
+    prefix.refresh_from_db()
+    pipeline.refresh_from_db()
+    assert (prefix.count, pipeline.count) == (5, 1)
+    adjustments = CountAdjustment.objects.values_list("key", "delta", "reason")
+    assert sorted(adjustments) == [
+        ("jenkins-java$", -1, "halved"),
+        ("jenkins-java-*", 3, "admin_edit"),
+        ("jenkins-java-maven$", 4, "admin_edit"),
+    ]
+    assert audit_drift() == []
+    # A label-path row links to its placements and to the label it names.
+    response = admin_client.get("/admin/history/keynode/", {"kind": "prefix"})
+    assert (
+        b"/admin/history/placement/?key=jenkins-java-%2A&amp;node=worker-1"
+        in response.content
+    )
+    assert b"/admin/pipeline/?q=jenkins-java" in response.content
+    placements = admin_client.get(
+        "/admin/history/placement/", {"key": "jenkins-java-*", "node": "worker-1"}
+    )
+    shown = [p.pod_uid for p in placements.context["cl"].result_list]
+    assert sorted(shown) == ["u1", "u2"]
+
+
 def test_keynode_sorts_by_count(admin_client):
     make_rows()
     # Column 3 of list_display is count; "-" sorts descending.
@@ -382,7 +455,13 @@ def test_bulk_halve_and_reset_are_recorded(admin_client):
     assert halved.get_change_message() == "Halved count from 40 to 20 (bulk action)."
 
     run_action(admin_client, "reset_counts", rows)
-    assert set(KeyNode.objects.values_list("count", flat=True)) == {0}
+    reset = KeyNode.objects.filter(pk__in=[row.pk for row in rows])
+    assert set(reset.values_list("count", flat=True)) == {0}
+    # The rows not selected keep their counts: u1's label path.
+    assert dict(KeyNode.objects.exclude(pk__in=reset).values_list("key", "count")) == {
+        "jenkins-*": 1,
+        "jenkins$": 1,
+    }
     reasons = CountAdjustment.objects.exclude(actor="setup").values_list(
         "reason", flat=True
     )
@@ -678,17 +757,30 @@ def test_index_overview_totals_busiest_and_watcher(admin_client):
     body = response.content.decode()
     assert 'id="ks-empty-state"' not in body
     totals = response.context["totals"]
-    assert totals == {"keys": 3, "nodes": 2, "placements": 3, "active": 2}
-    assert [row["key"] for row in response.context["busiest_keys"]][:2] == [
-        "jenkins",
-        "java",
-    ]
-    nodes = response.context["busiest_nodes"]
-    assert (nodes[0]["node"], nodes[0]["total"], nodes[0]["active"]) == (
-        "worker-1",
-        4,
-        2,
+    # jenkins, java, go; jenkins-*, jenkins-java-*, jenkins-go-*; jenkins-java$,
+    # jenkins-go$.
+    assert totals == {"keys": 8, "nodes": 2, "placements": 3, "active": 2}
+    busiest = response.context["busiest_keys"]
+    assert [row["total"] for row in busiest] == [3, 3, 2, 2, 2]
+    assert {row["key"]: row["kind"] for row in busiest} == {
+        "jenkins": "segment",
+        "jenkins-*": "prefix",
+        "java": "segment",
+        "jenkins-java-*": "prefix",
+        "jenkins-java$": "pipeline",
+    }
+    # A label-path key links to the pipeline page of the label it names.
+    assert '<td><a href="/admin/pipeline/?q=jenkins-java">jenkins-java$</a></td>' in (
+        body
     )
+    nodes = response.context["busiest_nodes"]
+    # Every key of worker-1's two jenkins-java placements: 5 keys, 2 each.
+    assert (nodes[0]["node"], nodes[0]["total"], nodes[0]["keys"]) == (
+        "worker-1",
+        10,
+        5,
+    )
+    assert nodes[0]["active"] == 2
     assert "42 s ago" in body and "3 s ago" in body
     assert "<td>7</td>" in body and "1234" in body
     assert "No watcher has reported yet" not in body
@@ -774,6 +866,40 @@ def test_pipeline_page_for_a_full_label(admin_client):
         "worker-3": "maven",
     }
     assert [p.pod_uid for p in response.context["placements"]] == ["a"]
+
+
+def test_pipeline_page_with_warm_says_which_label_path_key_made_a_node_warm(
+    admin_client, settings
+):
+    settings.KSSCHED_SCORING = "warm"
+    place("a", "jenkins-java-maven", "worker-1")
+    place("b", "jenkins-java-gradle", "worker-2")
+    place("c", "gitlab-java-maven", "worker-3")
+    # A label-path key looks up the label it names.
+    response = admin_client.get("/admin/pipeline/", {"q": "jenkins-java-maven$"})
+    assert response.context["q"] == "jenkins-java-maven"
+    assert response.context["read_keys"] == [
+        "jenkins-*",
+        "jenkins-java-*",
+        "jenkins-java-maven$",
+    ]
+    explained = {
+        row["node"]: row["matched_segment"] for row in response.context["scores"]
+    }
+    # worker-3 ran another prefix's maven: not warm for this pipeline.
+    assert explained == {
+        "worker-1": "jenkins-java-maven$",
+        "worker-2": "jenkins-java-*",
+        "worker-3": None,
+    }
+    body = response.content.decode()
+    assert "<th>Warm because of</th>" in body
+    assert "exact: this very pipeline ran there" in body
+    assert sorted(row["key"] for row in response.context["segments"]) == [
+        "jenkins-*",
+        "jenkins-java-*",
+        "jenkins-java-maven$",
+    ]
 
 
 def test_pipeline_page_without_history(admin_client):

@@ -10,7 +10,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from history.corrections import create_key_node
-from tests.helpers import place
+from tests.helpers import place, placement_counts
 
 pytestmark = pytest.mark.django_db
 
@@ -65,7 +65,7 @@ def test_token_authentication(viewer, history):
 
 
 def test_keys_with_totals_and_node_counts(api, history):
-    response = api.get("/api/keys/")
+    response = api.get("/api/keys/", {"kind": "segment"})
     assert response.status_code == 200
     body = response.json()
     assert body["count"] == 4
@@ -77,12 +77,49 @@ def test_keys_with_totals_and_node_counts(api, history):
         "javascript": (1, 1),
     }
     assert [row["key"] for row in body["results"]][0] == "maven"
+    assert {row["kind"] for row in body["results"]} == {"segment"}
+
+
+def test_keys_of_every_kind(api, history):
+    """The keys listing holds the label-path keys too, each with its kind; the
+    totals are those of the placements (and the hand-made maven row)."""
+    placed = placement_counts(
+        ("jenkins-java-maven", "worker-1"),
+        ("jenkins-java-maven", "worker-2"),
+        ("jenkins-javascript", "worker-2"),
+    )
+    body = api.get("/api/keys/", {"page_size": 100}).json()
+    rows = {row["key"]: (row["kind"], row["total"]) for row in body["results"]}
+    assert body["count"] == len(rows) == len({key for key, _ in placed})
+    assert rows["jenkins-*"] == ("prefix", 3)
+    assert rows["jenkins-java-*"] == ("prefix", 2)
+    assert rows["jenkins-java-maven$"] == ("pipeline", 2)
+    assert rows["jenkins-javascript$"] == ("pipeline", 1)
+    assert rows["maven"] == ("segment", 9)
+    for kind in ("prefix", "pipeline"):
+        listed = api.get("/api/keys/", {"kind": kind, "page_size": 100}).json()
+        assert sorted(row["key"] for row in listed["results"]) == sorted(
+            key for key, (of, _) in rows.items() if of == kind
+        )
+    # A label-path key's rows, per node.
+    nodes = api.get("/api/keys/jenkins-java-*/nodes/").json()["results"]
+    assert [(row["node"], row["count"]) for row in nodes] == [
+        ("worker-1", 1),
+        ("worker-2", 1),
+    ]
+    assert api.get("/api/keys/", {"kind": "label"}).status_code == 400
 
 
 def test_keys_search_and_pagination(api, history):
-    body = api.get("/api/keys/", {"search": "java"}).json()
+    body = api.get("/api/keys/", {"search": "java", "kind": "segment"}).json()
     assert sorted(row["key"] for row in body["results"]) == ["java", "javascript"]
-    first = api.get("/api/keys/", {"page_size": 2}).json()
+    body = api.get("/api/keys/", {"search": "javas"}).json()
+    assert sorted(row["key"] for row in body["results"]) == [
+        "javascript",
+        "jenkins-javascript$",
+        "jenkins-javascript-*",
+    ]
+    first = api.get("/api/keys/", {"page_size": 2, "kind": "segment"}).json()
     assert (first["count"], len(first["results"])) == (4, 2)
     assert first["previous"] is None and "page=2" in first["next"]
     second = api.get(first["next"]).json()
@@ -139,6 +176,11 @@ def test_placements_filters(api, history):
     assert uids(api) == ["a", "b", "c"]
     assert uids(api, key="java") == ["a", "b"]
     assert uids(api, key="javascript") == ["c"]
+    # A label-path key matches the placements that count under it.
+    assert uids(api, key="jenkins-*") == ["a", "b", "c"]
+    assert uids(api, key="jenkins-java-*") == ["a", "b"]
+    assert uids(api, key="jenkins-java$") == []
+    assert uids(api, key="jenkins-javascript$") == ["c"]
     assert uids(api, node="worker-2") == ["b", "c"]
     assert uids(api, label="jenkins-javascript") == ["c"]
     assert uids(api, active="true") == ["a", "c"]
@@ -183,6 +225,8 @@ def test_schema_documents_the_history_api_only(api):
         p["name"] for p in schema["paths"]["/api/placements/"]["get"]["parameters"]
     }
     assert {"key", "node", "label", "since", "until", "active", "page"} <= params
+    params = {p["name"] for p in schema["paths"]["/api/keys/"]["get"]["parameters"]}
+    assert {"search", "kind", "page"} <= params
     as_yaml = yaml.safe_load(api.get("/api/schema/").content)
     assert as_yaml["info"]["title"] == "ks-scheduler history API"
 

@@ -9,7 +9,9 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from history import corrections, ledger
+from history.labels import key_kind
 from history.models import CountAdjustment, KeyNode, Placement
+from tests.helpers import placement_counts
 
 pytestmark = pytest.mark.django_db
 
@@ -49,8 +51,14 @@ def test_a_balanced_history_has_no_drift():
     place("u3", "a-a", "n2")  # a repeated segment counts once
     code, out = audit()
     assert code == 0
-    assert "Checked 4 key/node pairs: no drift." in out
-    assert counts() == {("a", "n1"): 2, ("b", "n1"): 1, ("c", "n1"): 1, ("a", "n2"): 1}
+    # Every key of every placement: 4 segment pairs and 8 of the label paths.
+    assert "Checked 12 key/node pairs: no drift." in out
+    assert counts() == placement_counts(("a-b", "n1"), ("a-c--", "n1"), ("a-a", "n2"))
+    segments = {
+        pair: n for pair, n in counts().items() if key_kind(pair[0]) == "segment"
+    }
+    assert segments == {("a", "n1"): 2, ("b", "n1"): 1, ("c", "n1"): 1, ("a", "n2"): 1}
+    assert counts()[("a-*", "n1")] == 2 and counts()[("a-a$", "n2")] == 1
 
 
 def test_a_count_moved_behind_the_ledgers_back_is_drift():
@@ -64,7 +72,8 @@ def test_a_count_moved_behind_the_ledgers_back_is_drift():
     assert "DRIFT ghost on n9: count 2, expected 0" in out
     code, out = audit("--json")
     report = json.loads(out)
-    assert report["checked"] == 3
+    # a, b, a-*, a-b-* and a-b$ on n1, and the ghost.
+    assert report["checked"] == 6
     assert {(d["key"], d["difference"]) for d in report["drift"]} == {
         ("b", 4),
         ("ghost", 2),
@@ -103,7 +112,9 @@ def test_prune_removes_old_finished_rows_and_keeps_every_total():
         (a.key, a.node): a.delta
         for a in CountAdjustment.objects.filter(reason="pruned")
     }
-    assert pruned == {("a", "n1"): 2, ("b", "n1"): 1}
+    # What the two pruned placements (a-b and a on n1) counted under.
+    assert pruned == placement_counts(("a-b", "n1"), ("a", "n1"))
+    assert pruned[("a", "n1")] == 2 and pruned[("a-b$", "n1")] == 1
     assert audit()[0] == 0
     call_command(
         "prune_placements", "--older-than", "45d", "--include-unfinished", stdout=out

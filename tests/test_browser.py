@@ -19,7 +19,7 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from history.corrections import create_key_node
-from history.labels import split_pipeline_label
+from history.labels import placement_keys, split_pipeline_label
 from history.ledger import finish_placement, record_placement
 from history.models import KeyNode, NodeRecord, Placement, WatchState
 from tests.helpers import IS_CI, REPO
@@ -258,14 +258,33 @@ def test_search_and_filter_keynodes(page, live_server, superuser, cluster_histor
     page.fill("#searchbar", "pytest")
     page.press("#searchbar", "Enter")
     page.wait_for_url("**/?q=pytest")
+    # The segment and the label path of jenkins-python-pytest.
+    assert {key for key, _, _ in table_rows(page)} == {
+        "pytest",
+        "jenkins-python-pytest-*",
+        "jenkins-python-pytest$",
+    }
+    filters = page.locator("#changelist-filter")
+    filters.get_by_role("link", name="segment", exact=True).click()
+    page.wait_for_url("**kind=segment**")
     assert table_rows(page) == [
         ("pytest", "worker-b1", "5"),
         ("pytest", "worker-b3", "4"),
     ]
+    filters.get_by_role("link", name="pipeline", exact=True).click()
+    page.wait_for_url("**kind=pipeline**")
+    assert table_rows(page) == [
+        ("jenkins-python-pytest$", "worker-b1", "5"),
+        ("jenkins-python-pytest$", "worker-b3", "4"),
+    ]
+    kinds = page.locator("#result_list td.field-kind").all_inner_texts()
+    assert kinds == ["pipeline", "pipeline"]
     page.goto(f"{live_server.url}/admin/history/keynode/")
     page.locator("#changelist-filter").get_by_role("link", name="worker-c1").click()
     page.wait_for_url("**node=worker-c1**")
-    assert {key for key, _, _ in table_rows(page)} == {"gitlab", "go", "build"}
+    assert {key for key, _, _ in table_rows(page)} == set(
+        placement_keys("gitlab-go-build")
+    )
     page.goto(f"{live_server.url}/admin/history/keynode/?key=java&o=-3")
     shown = table_rows(page)
     assert [node for _, node, _ in shown] == [
@@ -480,6 +499,7 @@ ADMIN_PAGES = [
     "/admin/history/",
     "/admin/history/keynode/",
     "/admin/history/keynode/?o=-3",
+    "/admin/history/keynode/?kind=prefix",
     "/admin/history/keynode/{keynode}/change/",
     "/admin/history/placement/",
     "/admin/history/placement/{placement}/change/",

@@ -7,7 +7,7 @@ from history.corrections import delete_key_nodes, set_key_node_count
 from history.ledger import finish_placement, increment_key_nodes, record_placement
 from history.models import CountAdjustment, KeyNode, Placement
 from history.reader import history_reader
-from tests.helpers import run_concurrently
+from tests.helpers import placement_counts, run_concurrently
 
 
 def counts():
@@ -51,7 +51,13 @@ def test_record_placement_counts_each_uid_once():
     assert record_placement(pod_uid="u1", **kwargs) is False
     assert record_placement(pod_uid="u1", **{**kwargs, "label": "other"}) is False
     assert record_placement(pod_uid="u2", **kwargs) is True
-    assert counts() == {("ci", "n1"): 2, ("java", "n1"): 2, ("app", "n1"): 2}
+    # Its segments (what seed reads) and its label path (what warm reads), twice.
+    assert counts() == {
+        **{("ci", "n1"): 2, ("java", "n1"): 2, ("app", "n1"): 2},
+        **{("ci-*", "n1"): 2, ("ci-java-*", "n1"): 2, ("ci-java-app-*", "n1"): 2},
+        ("ci-java-app$", "n1"): 2,
+    }
+    assert counts() == placement_counts(("ci-java-app", "n1"), ("ci-java-app", "n1"))
     assert Placement.objects.get(pod_uid="u1").label == "ci-java-app"
 
 
@@ -61,7 +67,7 @@ def test_finish_placement_closes_once_and_keeps_counts():
     assert finish_placement(pod_uid="u1") is True
     assert finish_placement(pod_uid="u1") is False
     assert Placement.objects.get().finished_at is not None
-    assert counts() == {("a", "n1"): 1}
+    assert counts() == {("a", "n1"): 1, ("a-*", "n1"): 1, ("a$", "n1"): 1}
 
 
 @pytest.mark.django_db

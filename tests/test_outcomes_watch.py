@@ -152,8 +152,9 @@ SAVED = (420 - 134) * 5
 def test_watched_pods_give_exact_outcomes_through_restarts_replays_and_relists(
     api, server
 ):
-    create_key_node(key="app", node="warm-1", count=3, actor="test")
-    create_key_node(key="java", node="part-1", count=3, actor="test")
+    # warm-1 ran this very pipeline; part-1 one under the same ci-java prefix.
+    create_key_node(key=f"{JAVA}$", node="warm-1", count=3, actor="test")
+    create_key_node(key="ci-java-*", node="part-1", count=3, actor="test")
     before = samples()
     start = timezone.now().replace(microsecond=0) - timedelta(hours=12)
     cluster = Cluster(server, start)

@@ -47,11 +47,15 @@ def test_an_event_says_where_the_pod_landed_and_why(server, tmp_path):
     events = {e["regarding"]["name"]: e for e in server.objects("events")}
     assert set(events) == {"build-exact", "build-partial", "build-cold"}
     notes = {name: event["note"] for name, event in events.items()}
+    # The keys of its label path, which warmth is judged by (labels.path_keys):
+    # n2 ran jenkins-java-gradle-other, under two of its prefixes.
     assert notes == {
         "build-exact": f"Placed on n1: exact (pipeline {LABEL}); pipeline pods "
-        "before it on n1 by key: jenkins 2, java 2, maven 2, myapp 2",
+        "before it on n1 by key: jenkins-* 2, jenkins-java-* 2, "
+        f"jenkins-java-maven-* 2, {LABEL}$ 2",
         "build-partial": f"Placed on n2: partial (pipeline {LABEL}); pipeline pods "
-        "before it on n2 by key: jenkins 1, java 1; none for maven, myapp",
+        "before it on n2 by key: jenkins-* 1, jenkins-java-* 1; none for "
+        f"jenkins-java-maven-*, {LABEL}$",
         "build-cold": f"Placed on n3: cold (pipeline {LABEL}); no history of its "
         "keys on n3",
     }

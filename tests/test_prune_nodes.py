@@ -11,6 +11,7 @@ from django.utils import timezone
 from history import audit, ledger
 from history.models import CountAdjustment, KeyNode, NodeRecord
 from history.watcher import housekeeping
+from tests.helpers import placement_counts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,17 +50,16 @@ def test_only_nodes_out_of_the_pool_for_the_retention_period_go():
     cutoff = timezone.now() - timedelta(days=90)
     assert audit.gone_nodes(before=cutoff) == ["gone-1"]
     removed = audit.prune_gone_nodes(before=cutoff, actor="test")
-    assert removed == 4
+    # Every key of gone-1's two placements, segments and label path: 10 rows.
+    gone = placement_counts(("ci-java-app", "gone-1"), ("ci-go", "gone-1"))
+    assert removed == len(gone) == 10
     assert not KeyNode.objects.filter(node="gone-1").exists()
     assert KeyNode.objects.filter(node="busy-1").exists()
     assert KeyNode.objects.filter(node="seen-1").exists()
     assert KeyNode.objects.filter(node="edited-1").exists()
-    assert (
-        CountAdjustment.objects.filter(
-            node="gone-1", reason=CountAdjustment.Reason.NODE_GONE
-        ).count()
-        == 4
-    )
+    assert CountAdjustment.objects.filter(
+        node="gone-1", reason=CountAdjustment.Reason.NODE_GONE
+    ).count() == len(gone)
     pairs, drifts = audit.audit_counts()
     assert pairs > 0 and drifts == []
 
@@ -71,7 +71,8 @@ def test_the_command_lists_then_removes(capsys):
     assert "old-node" in capsys.readouterr().out
     assert KeyNode.objects.filter(node="old-node").exists()
     call_command("prune_nodes", "--older-than", "90d")
-    assert "Removed 2 rows" in capsys.readouterr().out
+    # ci, java, ci-*, ci-java-*, ci-java$.
+    assert "Removed 5 rows" in capsys.readouterr().out
     assert not KeyNode.objects.filter(node="old-node").exists()
     assert audit.audit_counts()[1] == []
 
@@ -99,6 +100,6 @@ def test_the_watchers_housekeeping_prunes_and_stops(settings):
         housekeeping.run(until, wake, first_after=0.01, every=0.01)
     finally:
         housekeeping.prune_gone_nodes_now = original
-    assert rounds == [2]
+    assert rounds == [len(placement_counts(("ci-java", "old-node")))] == [5]
     settings.KSSCHED_NODE_RETENTION_DAYS = 0
     assert housekeeping.prune_gone_nodes_now() == 0

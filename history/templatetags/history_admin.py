@@ -122,7 +122,7 @@ def history_overview(context):
             "min_runs": outcomes.MIN_RUNS,
         },
         "has_history": bool(totals["keys"] or totals["placements"]),
-        "busiest_keys": list(queries.key_totals()[:BUSIEST]),
+        "busiest_keys": queries.busiest_keys(BUSIEST),
         "busiest_nodes": busiest_nodes,
         "watcher": watcher_status(now),
         "database": database_description(),
