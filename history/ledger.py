@@ -204,26 +204,39 @@ def classify_warmth(*, label: str, node: str, at: datetime | None = None) -> str
     "exact" when this very pipeline ran on the node, "partial" when a pipeline
     sharing a leading run of its segments did (`jenkins-java-*` for
     `jenkins-java-maven-app1`), "cold" otherwise (and for a pod without a label).
-    A run counts while its recency weight at `at` is at least
-    `recency.WARM_MIN_WEIGHT`, as `warm` counts it; history from before a node
-    replacement does not count. A shared later segment under another prefix is not
-    warmth.
+    A shared later segment under another prefix is not warmth. Which rows count:
+    `warm_history`.
     """
     keys = path_keys(label)
-    if not keys:
-        return Placement.Warmth.COLD
-    now = (at or timezone.now()).timestamp()
-    # In the caller's transaction: the plain statement, never a cache.
-    # Only the node's rows: no running pods or policies, whatever runs elsewhere.
-    history = SqlReader().node_history(keys=keys, node=node)
-    warm = {
-        key
-        for key, count, weight, placed_at in history.rows_that_count(node)
-        if weight_now(count=count, weight=weight, at=placed_at, now=now)
-        >= WARM_MIN_WEIGHT
-    }
-    if keys[-1] in warm:
+    warm = {key for key, _ in warm_history(label=label, node=node, at=at)}
+    if keys and keys[-1] in warm:
         return Placement.Warmth.EXACT
     if warm:
         return Placement.Warmth.PARTIAL
     return Placement.Warmth.COLD
+
+
+def warm_history(
+    *, label: str, node: str, at: datetime | None = None
+) -> list[tuple[str, int]]:
+    """(key, count) of the label-path keys that make `node` warm for `label` at
+    `at` (default now), general to specific: the one home of what warmth counts.
+
+    A row counts while its recency weight at `at` is at least
+    `recency.WARM_MIN_WEIGHT`, as `warm` counts it; history from before a node
+    replacement does not count. Read in the caller's transaction with the plain
+    statement, never a cache, and only the node's rows (no running pods or
+    policies), so the cost does not grow with what runs elsewhere.
+    """
+    keys = path_keys(label)
+    if not keys:
+        return []
+    now = (at or timezone.now()).timestamp()
+    history = SqlReader().node_history(keys=keys, node=node)
+    counts = {
+        key: count
+        for key, count, weight, placed_at in history.rows_that_count(node)
+        if weight_now(count=count, weight=weight, at=placed_at, now=now)
+        >= WARM_MIN_WEIGHT
+    }
+    return [(key, counts[key]) for key in keys if key in counts]

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from history import ledger
 from history.models import Placement
-from history.reader.sql import SqlReader
 from history.watcher import metrics
 from history.watcher.kube import KubeApi, micro_time
 
@@ -100,15 +100,16 @@ class PlacementEvent:
 
 
 def history_if_new(
-    *, pod_uid: str, keys: Sequence[str], node: str
+    *, pod_uid: str, label: str, node: str
 ) -> tuple[tuple[str, int], ...] | None:
     """The history behind a pod not yet in the ledger; None when it is already in.
 
-    Called inside the ledger's transaction just before `record_placement`.
+    Called inside the ledger's transaction just before `record_placement`: the
+    (key, count) rows its warmth is judged from (`ledger.warm_history`).
     """
     if Placement.objects.filter(pod_uid=pod_uid).exists():
         return None
-    return history_before(keys=keys, node=node)
+    return tuple(ledger.warm_history(label=label, node=node))
 
 
 def recorded(
@@ -133,20 +134,6 @@ def recorded(
         keys=tuple(dict.fromkeys(keys)),
         history=history,
     )
-
-
-def history_before(*, keys: Sequence[str], node: str) -> tuple[tuple[str, int], ...]:
-    """The (key, count) rows that count on `node` for `keys`, read now.
-
-    Read before the pod is counted: the same history (and node-replacement rule) the
-    ledger judges warmth from.
-    """
-    unique = tuple(dict.fromkeys(keys))
-    if not unique:
-        return ()
-    rows = SqlReader().read(keys=unique, label="", nodes=[node]).rows_that_count(node)
-    counts = {row[0]: int(row[1]) for row in rows}
-    return tuple((key, counts[key]) for key in unique if counts.get(key))
 
 
 class TokenBucket:

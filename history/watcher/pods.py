@@ -170,7 +170,9 @@ class PodHandler:
             history = None
             if self.events is not None:
                 history = placement_events.history_if_new(
-                    pod_uid=placement.pod_uid, keys=keys, node=placement.node
+                    pod_uid=placement.pod_uid,
+                    label=placement.label,
+                    node=placement.node,
                 )
             created = ledger.record_placement(**vars(placement))
             outcome = RECORDED if created else DUPLICATE
