@@ -32,7 +32,7 @@ from tests.fakeapi import (
     make_pod,
     write_kubeconfig,
 )
-from tests.helpers import free_port
+from tests.helpers import free_port, placement_counts
 from tests.watch_streams import (
     assert_no_drift,
     bound,
@@ -103,7 +103,16 @@ def test_duplicates_out_of_order_replays_and_noise_count_each_uid_once(api, serv
     assert watch.query["labelSelector"] == "ks-pipeline"
     assert watch.query["fieldSelector"] == "spec.schedulerName=ks-scheduler"
     assert 2 <= int(watch.query["timeoutSeconds"]) <= 3
-    assert assert_no_drift() == 7
+    # Every (key, node) pair the four pipelines placed count under, segments and
+    # label paths.
+    assert assert_no_drift() == len(
+        placement_counts(
+            ("jenkins-go", "n2"),
+            ("jenkins-java", "n1"),
+            ("web", "n1"),
+            ("batch--etl-", "n3"),
+        )
+    )
 
 
 def test_label_edited_after_binding_changes_nothing(api, server):
