@@ -13,7 +13,20 @@ is closed and counted in `kssched_connections_dropped_total`. A body larger than
 BODY_IN_LOOP, or chunked, is read by the application within the same deadline.
 
 The workers of one listener watch it with EPOLLEXCLUSIVE: the kernel wakes one idle
-worker per new connection, not all of them, and never one that is busy.
+worker per new connection, not all of them, and never one that is busy. kube-scheduler
+calls one at a time, each call on a new connection, and its next call often arrives
+before the worker that answered the last one is back waiting (the client has the
+whole answer before the worker has finished with the request): the kernel then wakes
+another worker, with cold caches, and consecutive calls alternated between workers,
+each slower than one worker answering all of them. So a worker woken for a connection
+while another worker is on its way back from sending an answer waits for it, at most
+HANDOVER seconds from that answer (`LastAnswer`), and that worker takes the connection
+(its epoll has the listener ready): serial calls stay on one warm worker, while
+concurrent calls, arriving while the other worker is busy with its request, are taken
+at once. And a connection whose request the event loop read whole, with nothing more
+arriving, is closed as soon as its answer is sent; gunicorn's lingering close (which
+waits up to 2 s for the client's FIN, to drain what it sent after its request) is kept
+for the others.
 
 gunicorn's own error answers (400/414/431 for a malformed head, 500 when a request
 outlives the worker timeout) are HTML; on the extender listener they are short JSON
@@ -24,12 +37,15 @@ each one is counted in `kssched_extender_errors_total`.
 import errno
 import json
 import logging
+import mmap
 import os
 import re
 import select
 import socket
 import ssl
+import struct
 import time
+from collections.abc import Callable
 
 from gunicorn import glogging, http, sock, util
 from gunicorn.http.errors import (
@@ -60,6 +76,12 @@ PENDING_BYTES = 64 * 1024 * 1024
 # the others are counted in it and in kssched_connections_dropped_total.
 WARN_EVERY = 10.0
 
+# A worker woken for a new connection while another one is on its way back from
+# sending an answer waits for it at most this long after that answer began, looking
+# every HANDOVER_STEP seconds whether it is back (see `LastAnswer`).
+HANDOVER = 0.001
+HANDOVER_STEP = 0.00005
+
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]+)[ \t]*\r\n", re.I)
 # A chunked body, or a client waiting for `100 Continue` before its body: the
 # application reads the body (gunicorn answers the Expect).
@@ -82,15 +104,28 @@ class DeadlineSocket:
 
     Returns the bytes already read by the event loop (`buffered`) first, then reads
     from the socket with a timeout of what is left until `deadline`; after it, every
-    read raises ReadTimeout. Writes and everything else go to the socket unchanged.
+    read raises ReadTimeout. Writes go to the socket, after telling `sending`;
+    everything else goes to the socket unchanged.
     """
 
-    def __init__(self, sock: socket.socket, deadline: float, buffered: bytes):
+    def __init__(
+        self,
+        sock: socket.socket,
+        deadline: float,
+        buffered: bytes,
+        *,
+        whole: bool = False,
+        sending: Callable[[], None] | None = None,
+    ):
         self._sock = sock
         self._deadline = deadline
         self._buffered = buffered
         # Where the next read of `buffered` starts: the rest is never copied again.
         self._offset = 0
+        # Whether `buffered` is exactly one whole request (nothing left to arrive).
+        self.whole = whole
+        # Called before each write of the answer.
+        self._sending = sending
 
     def recv(self, size: int, *flags) -> bytes:
         if self._offset < len(self._buffered):
@@ -108,8 +143,81 @@ class DeadlineSocket:
         finally:
             self._sock.settimeout(None)
 
+    def sendall(self, data, *flags) -> None:
+        if self._sending is not None:
+            self._sending()
+        self._sock.sendall(data, *flags)
+
+    def close_answered(self) -> None:
+        """Close the connection once its answer has been sent.
+
+        When the event loop read the whole request and nothing has arrived since,
+        the kernel's receive buffer is empty: a plain close sends FIN after the
+        answer, with no reset that could truncate it, and the worker goes back to
+        waiting at once. Otherwise (the application read the body, bytes came after
+        the request, TLS) gunicorn's lingering close drains what the client sent.
+        """
+        if self.whole and not isinstance(self._sock, ssl.SSLSocket):
+            try:
+                unread = self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except OSError:
+                # Nothing arrived (BlockingIOError), or the connection is gone.
+                unread = b""
+            if not unread:
+                util.close(self._sock)
+                return
+        util.close_graceful(self)
+
     def __getattr__(self, name):
         return getattr(self._sock, name)
+
+
+class LastAnswer:
+    """Which worker of one gunicorn master sent an answer last, and when it began
+    sending it (0 once it is back waiting for connections), in memory its workers
+    share (mapped by the master, before it forks them).
+
+    `give_way` keeps serial calls on the worker that answered the last one: a worker
+    woken for a new connection while that worker is still on its way back waits for
+    it, at most HANDOVER seconds from its answer. A worker that is busy with a request
+    has not sent its answer yet, so a concurrent call is taken at once.
+    """
+
+    _SLOT = struct.Struct("qd")
+
+    def __init__(self) -> None:
+        self._shared = mmap.mmap(-1, self._SLOT.size)
+
+    def read(self) -> tuple[int, float]:
+        return self._SLOT.unpack_from(self._shared)
+
+    def sending(self, pid: int) -> None:
+        """Worker `pid` is sending an answer."""
+        self._SLOT.pack_into(self._shared, 0, pid, time.monotonic())
+
+    def waiting(self, pid: int) -> None:
+        """Worker `pid` is back waiting for connections."""
+        last, since = self.read()
+        if last == pid and since:
+            self._SLOT.pack_into(self._shared, 0, pid, 0.0)
+
+    def give_way(self, pid: int) -> None:
+        """Before worker `pid` accepts: while another worker that has just sent an
+        answer is not back waiting, at most until HANDOVER after that answer."""
+        state = self.read()
+        last, since = state
+        if not since or last == pid:
+            return
+        until = since + HANDOVER
+        while time.monotonic() < until:
+            time.sleep(HANDOVER_STEP)
+            if self.read() != state:
+                return
+
+
+# Shared by the workers of the gunicorn master that imports this module to load
+# the worker class.
+LAST_ANSWER = LastAnswer()
 
 
 class _Pending:
@@ -203,6 +311,7 @@ class DeadlineWorker(SyncWorker):
         super().init_process()
 
     def run(self) -> None:
+        self.me = os.getpid()
         self.poller = select.epoll()
         self.pending: dict[int, _Pending] = {}
         self.pending_bytes = 0
@@ -232,6 +341,7 @@ class DeadlineWorker(SyncWorker):
         if self.pending:
             first = min(p.deadline for p in self.pending.values())
             timeout = max(0.0, min(timeout, first - time.monotonic()))
+        LAST_ANSWER.waiting(self.me)
         try:
             events = self.poller.poll(timeout)
         except InterruptedError:
@@ -251,6 +361,7 @@ class DeadlineWorker(SyncWorker):
                 return
 
     def _accept_all(self, listener):
+        LAST_ANSWER.give_way(self.me)
         for _ in range(64):
             try:
                 client, address = listener.accept()
@@ -340,11 +451,20 @@ class DeadlineWorker(SyncWorker):
         self.served = True
         self.handle(
             waiting.listener,
-            DeadlineSocket(client, waiting.deadline, waiting.data),
+            DeadlineSocket(
+                client,
+                waiting.deadline,
+                waiting.data,
+                whole=len(waiting.data) == waiting.need,
+                sending=self._sending,
+            ),
             waiting.address,
         )
         self.notify()
         return True
+
+    def _sending(self) -> None:
+        LAST_ANSWER.sending(self.me)
 
     def _rearm(self, waiting: _Pending, registered: bool, *, write: bool) -> bool:
         events = select.EPOLLOUT if write else select.EPOLLIN
@@ -382,7 +502,7 @@ class DeadlineWorker(SyncWorker):
         except BaseException as e:
             self.handle_error(req, client, addr, e)
         finally:
-            util.close_graceful(client)
+            client.close_answered()
 
     def _drop_expired(self):
         now = time.monotonic()
