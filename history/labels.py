@@ -51,9 +51,7 @@ def path_keys(label: str | None) -> list[str]:
     segments = split_pipeline_label(label)
     if not segments:
         return []
-    return [
-        "-".join(segments[:length]) + PREFIX_MARK for length in range(1, len(segments))
-    ] + ["-".join(segments) + PIPELINE_MARK]
+    return [*_prefixes(segments, len(segments) - 1), _pipeline(segments)]
 
 
 def placement_keys(label: str | None) -> list[str]:
@@ -65,15 +63,22 @@ def placement_keys(label: str | None) -> list[str]:
     segments = split_pipeline_label(label)
     if not segments:
         return []
-    prefixes = [
-        "-".join(segments[:length]) + PREFIX_MARK
-        for length in range(1, len(segments) + 1)
-    ]
     return [
         *distinct_keys(segments),
-        *prefixes,
-        "-".join(segments) + PIPELINE_MARK,
+        *_prefixes(segments, len(segments)),
+        _pipeline(segments),
     ]
+
+
+def _prefixes(segments: list[str], longest: int) -> list[str]:
+    """`a-*`, `a-b-*`, ... for the first 1 to `longest` segments."""
+    return [
+        "-".join(segments[:length]) + PREFIX_MARK for length in range(1, longest + 1)
+    ]
+
+
+def _pipeline(segments: list[str]) -> str:
+    return "-".join(segments) + PIPELINE_MARK
 
 
 # The kinds of key, each as "title: what it says about a node", for the admin and
@@ -116,8 +121,6 @@ KEY_RULE = (
     "myapp, its prefixes jenkins-* to jenkins-java-maven-myapp-*, and "
     "jenkins-java-maven-myapp$."
 )
-# The longest label path key: a label value of 63 characters and its mark.
-PATH_KEY_MAX_LENGTH = KEY_MAX_LENGTH + len(PREFIX_MARK)
 _KEY_CHARACTERS = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_."
 )

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
 
-from history.labels import KEY_RULE, is_valid_key
+from history.labels import KEY_RULE, is_valid_key, is_valid_segment
 from history.nodenames import NODE_NAME_RULE, is_valid_node_name
 
 # The largest count a person may write (admin forms, list edits). A billion pods of
@@ -37,6 +37,24 @@ def validate_key(value: str) -> None:
         code="invalid_key",
         params={"value": repr(value)},
     )
+
+
+POLICY_KEY_RULE = (
+    "A segment of a pipeline label (jenkins, java, myapp): policies apply to the "
+    "labels that contain it. Label-path keys (jenkins-java-*, ...$) hold history, "
+    "not policies."
+)
+
+
+def validate_policy_key(value: str) -> None:
+    """Refuse a policy key that is not a segment: the strategies look policies up by
+    the label's segments, so a policy on a label-path key would never apply."""
+    if not is_valid_segment(value):
+        raise ValidationError(
+            "%(value)s is not a label segment. " + POLICY_KEY_RULE,
+            code="invalid_policy_key",
+            params={"value": repr(value)},
+        )
 
 
 def validate_node_name(value: str) -> None:
@@ -304,7 +322,12 @@ class KeyPolicy(models.Model):
     same neutral score), `weight` scales the history bonus (1 = as computed).
     """
 
-    key = models.CharField(max_length=253, unique=True)
+    key = models.CharField(
+        max_length=253,
+        unique=True,
+        validators=[validate_policy_key],
+        help_text=POLICY_KEY_RULE,
+    )
     enabled = models.BooleanField(
         default=True, help_text="Off: no node preference for this key."
     )
@@ -341,7 +364,9 @@ class NodePolicy(models.Model):
         PIN = "pin", "pin (always prefer)"
         BAN = "ban", "ban (never prefer)"
 
-    key = models.CharField(max_length=253)
+    key = models.CharField(
+        max_length=253, validators=[validate_policy_key], help_text=POLICY_KEY_RULE
+    )
     node = models.CharField(
         max_length=253, validators=[validate_node_name], help_text=NODE_NAME_RULE
     )

@@ -12,7 +12,7 @@ from extender.scoring.strategies import WarmStrategy
 from history.audit import audit_counts
 from history.corrections import create_key_node, set_key_node_count
 from history.labels import is_valid_key, key_kind, split_pipeline_label
-from history.models import CountAdjustment, KeyNode
+from history.models import CountAdjustment, KeyNode, KeyPolicy, NodePolicy
 from tests.helpers import place, ran
 
 pytestmark = pytest.mark.django_db
@@ -265,3 +265,18 @@ def test_admin_add_form_refuses_a_full_label_and_explains_keys(admin_client):
     assert response.status_code == 200
     assert not KeyNode.objects.exists()
     assert not CountAdjustment.objects.exists()
+
+
+@pytest.mark.parametrize("key", ["jenkins-java-*", "jenkins-java-maven-myapp$", "a-b"])
+def test_policies_refuse_label_path_keys(key):
+    """Policies are looked up by the label's segments: one on a path key would
+    never apply, so the form says so instead of saving it."""
+    for policy in (
+        KeyPolicy(key=key, weight=2.0),
+        NodePolicy(key=key, node="n1", action="pin"),
+    ):
+        with pytest.raises(ValidationError) as refused:
+            policy.full_clean()
+        assert "is not a label segment" in str(refused.value)
+    KeyPolicy(key="jenkins", weight=2.0).full_clean()
+    NodePolicy(key="myapp", node="n1", action="ban").full_clean()

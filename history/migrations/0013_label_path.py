@@ -18,7 +18,8 @@ from django.conf import settings
 from django.db import migrations, models
 
 import history.models
-from history.labels import PIPELINE_MARK, PREFIX_MARK, path_keys, placement_keys
+from history.labels import key_kind, path_keys, placement_keys
+from history.queries import keys_of_kind
 from history.recency import WARM_MIN_WEIGHT, accumulate_decayed, decayed_weight
 
 KEY_RULE = (
@@ -31,10 +32,6 @@ KEY_RULE = (
     "jenkins-java-maven-myapp$."
 )
 BATCH = 2000
-
-
-def is_path_key(key):
-    return key.endswith(PREFIX_MARK) or key.endswith(PIPELINE_MARK)
 
 
 def build(apps, schema_editor):
@@ -78,7 +75,7 @@ def build(apps, schema_editor):
         if judged != before:
             warmth.setdefault(judged, []).append(pk)
         for key in placement_keys(label):
-            if not is_path_key(key):
+            if key_kind(key) == "segment":
                 continue
             row = rows.get((key, node))
             if row is None:
@@ -94,13 +91,7 @@ def build(apps, schema_editor):
             Placement.objects.filter(pk__in=pks[start : start + BATCH]).update(
                 warmth=judged
             )
-    stale = [
-        pk
-        for pk, key in KeyNode.objects.values_list("pk", "key").iterator()
-        if is_path_key(key)
-    ]
-    for start in range(0, len(stale), BATCH):
-        KeyNode.objects.filter(pk__in=stale[start : start + BATCH]).delete()
+    KeyNode.objects.exclude(keys_of_kind("segment")).delete()
     made = [
         KeyNode(
             key=key,
@@ -122,13 +113,7 @@ def build(apps, schema_editor):
 
 def remove(apps, schema_editor):
     KeyNode = apps.get_model("history", "KeyNode")
-    stale = [
-        pk
-        for pk, key in KeyNode.objects.values_list("pk", "key").iterator()
-        if is_path_key(key)
-    ]
-    for start in range(0, len(stale), BATCH):
-        KeyNode.objects.filter(pk__in=stale[start : start + BATCH]).delete()
+    KeyNode.objects.exclude(keys_of_kind("segment")).delete()
 
 
 class Migration(migrations.Migration):
