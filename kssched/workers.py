@@ -18,15 +18,17 @@ calls one at a time, each call on a new connection, and its next call often arri
 before the worker that answered the last one is back waiting (the client has the
 whole answer before the worker has finished with the request): the kernel then wakes
 another worker, with cold caches, and consecutive calls alternated between workers,
-each slower than one worker answering all of them. So a worker woken for a connection
-while another worker is on its way back from sending an answer waits for it, at most
-HANDOVER seconds from that answer (`LastAnswer`), and that worker takes the connection
-(its epoll has the listener ready): serial calls stay on one warm worker, while
-concurrent calls, arriving while the other worker is busy with its request, are taken
-at once. And a connection whose request the event loop read whole, with nothing more
-arriving, is closed as soon as its answer is sent; gunicorn's lingering close (which
-waits up to 2 s for the client's FIN, to drain what it sent after its request) is kept
-for the others.
+each slower than one worker answering all of them. The kernel also queues the
+connection on the epoll of the worker on its way back, which sees it as soon as it
+waits again. So a worker woken for a connection while the worker that sent the last
+answer is on its way back waits for it (at most HANDOVER from that answer), and once
+it is back, for it to take the connection (at most GRACE from its return), before
+accepting itself (`LastAnswer`): serial calls stay on one warm worker, while concurrent
+calls, arriving while the other worker is busy with its request, are taken at once.
+And a connection whose request the event loop read whole, with nothing more arriving,
+is closed as soon as its answer is sent; gunicorn's lingering close (which waits up to
+2 s for the client's FIN, to drain what it sent after its request) is kept for the
+others.
 
 gunicorn's own error answers (400/414/431 for a malformed head, 500 when a request
 outlives the worker timeout) are HTML; on the extender listener they are short JSON
@@ -76,10 +78,12 @@ PENDING_BYTES = 64 * 1024 * 1024
 # the others are counted in it and in kssched_connections_dropped_total.
 WARN_EVERY = 10.0
 
-# A worker woken for a new connection while another one is on its way back from
-# sending an answer waits for it at most this long after that answer began, looking
-# every HANDOVER_STEP seconds whether it is back (see `LastAnswer`).
+# A worker woken for a new connection while the one that sent the last answer is on
+# its way back waits for it at most HANDOVER after that answer began, then at most
+# GRACE after its return for it to take the connection, looking every HANDOVER_STEP
+# seconds (see `LastAnswer`).
 HANDOVER = 0.001
+GRACE = 0.0003
 HANDOVER_STEP = 0.00005
 
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]+)[ \t]*\r\n", re.I)
@@ -173,46 +177,59 @@ class DeadlineSocket:
 
 
 class LastAnswer:
-    """Which worker of one gunicorn master sent an answer last, and when it began
-    sending it (0 once it is back waiting for connections), in memory its workers
-    share (mapped by the master, before it forks them).
+    """The worker of one gunicorn master that sent an answer last: when it began
+    sending it, when it was back waiting for connections, and when it took one
+    since, in memory its workers share (mapped by the master, before it forks them).
 
-    `give_way` keeps serial calls on the worker that answered the last one: a worker
-    woken for a new connection while that worker is still on its way back waits for
-    it, at most HANDOVER seconds from its answer. A worker that is busy with a request
-    has not sent its answer yet, so a concurrent call is taken at once.
+    `give_way` keeps serial calls on that worker. Another worker, woken for a new
+    connection while it is on its way back, waits for it (at most HANDOVER from its
+    answer), then for it to take the connection (at most GRACE from its return: a
+    level-triggered listener stays on the ready list of the epoll that reported it
+    last, so that worker sees a connection that came before it waits again). A worker
+    that has taken a connection since its return is busy with a request, so a
+    concurrent call is taken at once; so is a call to a worker that has been back
+    longer than GRACE (both are idle, and the kernel woke this one).
     """
 
-    _SLOT = struct.Struct("qd")
+    # pid, sent, back, took: each time 0 until it happens after the last answer.
+    _SLOT = struct.Struct("qddd")
 
     def __init__(self) -> None:
         self._shared = mmap.mmap(-1, self._SLOT.size)
 
-    def read(self) -> tuple[int, float]:
+    def read(self) -> tuple[int, float, float, float]:
+        """(pid, began sending, back waiting, took a connection)."""
         return self._SLOT.unpack_from(self._shared)
 
     def sending(self, pid: int) -> None:
         """Worker `pid` is sending an answer."""
-        self._SLOT.pack_into(self._shared, 0, pid, time.monotonic())
+        self._SLOT.pack_into(self._shared, 0, pid, time.monotonic(), 0.0, 0.0)
 
     def waiting(self, pid: int) -> None:
         """Worker `pid` is back waiting for connections."""
-        last, since = self.read()
-        if last == pid and since:
-            self._SLOT.pack_into(self._shared, 0, pid, 0.0)
+        last, sent, _, _ = self.read()
+        if last == pid and sent:
+            self._SLOT.pack_into(self._shared, 0, pid, 0.0, time.monotonic(), 0.0)
+
+    def took(self, pid: int) -> None:
+        """Worker `pid` accepted a connection."""
+        last, sent, back, took = self.read()
+        if last == pid and back and not took:
+            self._SLOT.pack_into(self._shared, 0, pid, 0.0, back, time.monotonic())
 
     def give_way(self, pid: int) -> None:
-        """Before worker `pid` accepts: while another worker that has just sent an
-        answer is not back waiting, at most until HANDOVER after that answer."""
-        state = self.read()
-        last, since = state
-        if not since or last == pid:
-            return
-        until = since + HANDOVER
-        while time.monotonic() < until:
-            time.sleep(HANDOVER_STEP)
-            if self.read() != state:
+        """Before worker `pid` accepts: while the worker that answered last is on
+        its way back, or back and about to take the connection."""
+        while True:
+            state = self.read()
+            last, sent, back, took = state
+            if not last or last == pid or took:
                 return
+            until = sent + HANDOVER if sent else back + GRACE
+            while self.read() == state:
+                if time.monotonic() >= until:
+                    return
+                time.sleep(HANDOVER_STEP)
 
 
 # Shared by the workers of the gunicorn master that imports this module to load
@@ -371,6 +388,7 @@ class DeadlineWorker(SyncWorker):
                 if exc.errno in (errno.ECONNABORTED, errno.EMFILE, errno.ENFILE):
                     return
                 raise
+            LAST_ANSWER.took(self.me)
             util.close_on_exec(client)
             client.setblocking(False)
             deadline = time.monotonic() + self.read_timeout

@@ -9,7 +9,13 @@ import socket
 import pytest
 
 from kssched import workers
-from kssched.workers import HANDOVER, HANDOVER_STEP, DeadlineSocket, LastAnswer
+from kssched.workers import (
+    GRACE,
+    HANDOVER,
+    HANDOVER_STEP,
+    DeadlineSocket,
+    LastAnswer,
+)
 
 
 class Clock:
@@ -38,27 +44,44 @@ def clock(monkeypatch):
     return clock
 
 
-def test_a_worker_waits_for_the_one_that_just_answered_until_it_is_back(clock):
+def test_a_worker_waits_for_the_one_that_just_answered_to_come_back_and_take_it(clock):
     last = LastAnswer()
     last.sending(1)
-    clock.on_sleep = lambda sleeps: sleeps == 3 and last.waiting(1)
+
+    def other_worker(sleeps):
+        if sleeps == 3:
+            last.waiting(1)
+        if sleeps == 5:
+            last.took(1)
+
+    clock.on_sleep = other_worker
     last.give_way(2)
-    assert clock.sleeps == 3
+    assert clock.sleeps == 5
 
 
 def test_a_worker_waits_no_longer_than_the_handover(clock):
     last = LastAnswer()
     last.sending(1)
     last.give_way(2)
-    assert clock.sleeps == pytest.approx(HANDOVER / HANDOVER_STEP, abs=1)
+    assert clock.sleeps == pytest.approx(HANDOVER / HANDOVER_STEP, abs=1.5)
 
 
-def test_a_worker_stops_waiting_when_the_other_one_answers_again(clock):
+def test_a_worker_waits_no_longer_than_the_grace_once_the_other_one_is_back(clock):
     last = LastAnswer()
     last.sending(1)
-    clock.on_sleep = lambda sleeps: sleeps == 2 and last.sending(1)
+    clock.on_sleep = lambda sleeps: sleeps == 2 and last.waiting(1)
     last.give_way(2)
-    assert clock.sleeps == 2
+    # Two steps on its way back, then GRACE for it to take the connection.
+    assert clock.sleeps - 2 == pytest.approx(GRACE / HANDOVER_STEP, abs=1.5)
+
+
+def test_a_worker_waits_for_whichever_worker_answered_last(clock):
+    last = LastAnswer()
+    last.sending(1)
+    clock.on_sleep = lambda sleeps: sleeps == 2 and last.sending(3)
+    last.give_way(2)
+    # Two steps for worker 1, then HANDOVER for worker 3, which answered meanwhile.
+    assert clock.sleeps - 2 == pytest.approx(HANDOVER / HANDOVER_STEP, abs=1.5)
 
 
 def test_a_worker_accepts_at_once_when_no_other_one_is_on_its_way_back(clock):
@@ -68,20 +91,35 @@ def test_a_worker_accepts_at_once_when_no_other_one_is_on_its_way_back(clock):
     last.give_way(2)  # its own answer
     last.sending(1)
     last.waiting(1)
-    last.give_way(2)  # the other worker is back waiting
+    last.took(1)
+    last.give_way(2)  # the other worker is busy with a request: a concurrent call
+    last.sending(1)
+    last.waiting(1)
+    clock.now += GRACE
+    last.give_way(2)  # the other worker has been waiting: the kernel chose this one
     last.sending(1)
     clock.now += HANDOVER
     last.give_way(2)  # the other worker answered too long ago (stuck closing)
     assert clock.sleeps == 0
 
 
-def test_only_the_worker_that_answered_last_marks_itself_back():
+def test_only_the_worker_that_answered_last_marks_itself_back_and_busy(clock):
     last = LastAnswer()
     last.sending(1)
+    sent = clock.now
     last.waiting(2)
-    assert last.read()[0] == 1 and last.read()[1] > 0
+    last.took(1)  # not back yet
+    assert last.read() == (1, sent, 0.0, 0.0)
+    clock.now += 1
     last.waiting(1)
-    assert last.read() == (1, 0.0)
+    last.took(2)
+    assert last.read() == (1, 0.0, sent + 1, 0.0)
+    clock.now += 1
+    last.took(1)
+    last.waiting(1)
+    clock.now += 1
+    last.took(1)  # only the first connection it takes since its return counts
+    assert last.read() == (1, 0.0, sent + 1, sent + 2)
 
 
 def test_the_last_answer_is_shared_with_forked_workers():
