@@ -232,6 +232,25 @@ class LastAnswer:
                 time.sleep(HANDOVER_STEP)
 
 
+# struct tcp_info (linux/tcp.h): for a listening socket, tcpi_unacked is the number of
+# connections waiting to be accepted.
+_TCP_INFO_SIZE = 104
+_TCPI_UNACKED = struct.Struct("=I")
+_TCPI_UNACKED_OFFSET = 24
+
+
+def waiting_connections(listener) -> int:
+    """How many connections wait in the accept queue of a TCP listener (1 when the
+    kernel cannot tell, as for a Unix socket)."""
+    try:
+        info = listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
+    except OSError:
+        return 1
+    if len(info) < _TCPI_UNACKED_OFFSET + _TCPI_UNACKED.size:
+        return 1
+    return _TCPI_UNACKED.unpack_from(info, _TCPI_UNACKED_OFFSET)[0]
+
+
 # Shared by the workers of the gunicorn master that imports this module to load
 # the worker class.
 LAST_ANSWER = LastAnswer()
@@ -378,7 +397,10 @@ class DeadlineWorker(SyncWorker):
                 return
 
     def _accept_all(self, listener):
-        LAST_ANSWER.give_way(self.me)
+        if waiting_connections(listener) < 2:
+            # One call waiting, maybe a serial one: see LastAnswer. With more,
+            # calls are concurrent, and every idle worker should take one.
+            LAST_ANSWER.give_way(self.me)
         for _ in range(64):
             try:
                 client, address = listener.accept()

@@ -5,6 +5,7 @@ tested in test_listeners and test_slow_clients."""
 import os
 import select
 import socket
+import time
 
 import pytest
 
@@ -186,3 +187,29 @@ def test_a_request_the_application_read_gets_a_lingering_close(connection, linge
     wrapped = answer(server, whole=False)
     wrapped.close_answered()
     assert lingered == [wrapped]
+
+
+def queued(listener, count: int) -> bool:
+    """Whether `count` connections wait on `listener` (within a second: the last
+    handshake step is the kernel's)."""
+    deadline = time.monotonic() + 1
+    while workers.waiting_connections(listener) != count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_the_accept_queue_is_counted_for_tcp_and_unknown_otherwise(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        assert workers.waiting_connections(listener) == 0
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(3)]
+        assert queued(listener, 3)
+        accepted, _ = listener.accept()
+        assert queued(listener, 2)
+        for each in [accepted, *clients]:
+            each.close()
+    with socket.socket(socket.AF_UNIX) as unix:
+        unix.bind(str(tmp_path / "listener.sock"))
+        unix.listen()
+        assert workers.waiting_connections(unix) == 1
