@@ -21,6 +21,7 @@ from tests.fakeapi import (
     make_pod,
     write_kubeconfig,
 )
+from tests.helpers import watch_once
 from tests.watch_streams import (
     NS,
     assert_no_drift,
@@ -30,6 +31,14 @@ from tests.watch_streams import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def bind_when_watching(server, pod: str, node: str, timeout: float = 10.0) -> None:
+    """Bind `pod` to `node` as soon as the watcher has opened its pod watch."""
+    deadline = time.monotonic() + timeout
+    while not server.watch_requests("pods") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    server.bind_pod(pod, node)
 
 
 def test_watch_pods_command_end_to_end_with_max_events(server, tmp_path):
@@ -47,7 +56,11 @@ def test_watch_pods_command_end_to_end_with_max_events(server, tmp_path):
             KSSCHED_WATCH_SERVER_TIMEOUT_MIN=2,
             KSSCHED_WATCH_SERVER_TIMEOUT_MAX=3,
         ):
-            threading.Timer(0.5, server.bind_pod, ("p2", "n1")).start()
+            # p2 is bound once the watch is open: bound before the list, it would
+            # be a list item, and the fourth event would never come.
+            threading.Thread(
+                target=bind_when_watching, args=(server, "p2", "n1")
+            ).start()
             call_command(
                 "watch_pods",
                 kubeconfig=str(kubeconfig),
@@ -78,33 +91,20 @@ def test_watch_pods_once_returns_after_the_list_and_the_queued_events(server, tm
     """--once does not wait for the server's watch timeout (here 30-40 s)."""
     server.add_pods([make_pod(f"p{i}", label="once") for i in range(2)])
     server.bind_pod("p0", "n1")
-    kubeconfig = str(write_kubeconfig(tmp_path, server.url))
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     took = []
-    try:
-        with override_settings(
-            KSSCHED_HEARTBEAT_PATH=str(tmp_path / "hb"),
-            KSSCHED_WATCHER_METRICS_PORT=0,
+    for bind in ("p1", None):
+        started = time.monotonic()
+        watch_once(
+            server,
+            tmp_path,
             KSSCHED_WATCH_SERVER_TIMEOUT_MIN=30,
             KSSCHED_WATCH_SERVER_TIMEOUT_MAX=40,
-        ):
-            for bind in ("p1", None):
-                started = time.monotonic()
-                call_command(
-                    "watch_pods",
-                    kubeconfig=kubeconfig,
-                    once=True,
-                    no_nodes=True,
-                    stdout=io.StringIO(),
-                )
-                took.append(time.monotonic() - started)
-                if bind:
-                    # Bound while no watcher runs: the next --once resumes from the
-                    # checkpoint and finds the event waiting.
-                    server.bind_pod(bind, "n2")
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        )
+        took.append(time.monotonic() - started)
+        if bind:
+            # Bound while no watcher runs: the next --once resumes from the
+            # checkpoint and finds the event waiting.
+            server.bind_pod(bind, "n2")
     assert max(took) < 5, took
     assert counts() == {("once", "n1"): 1, ("once", "n2"): 1}
     assert WatchState.objects.get(name="pods").relists == 1
