@@ -59,11 +59,19 @@ WARNING_PREFIX = "ks-scheduler: "
 MAX_STEERED_PER_LABEL = 64
 
 
-def pod_decision(pod: dict) -> tuple[str | None, str]:
-    """(label, why) for a pod being created: the label when the webhook should add
-    terms, else None and the reason. Raises PodShapeError for a malformed pod."""
+def pod_decision(pod: dict, namespace: str = "") -> tuple[str | None, str]:
+    """(label, why) for a pod being created in `namespace` (else the one its
+    metadata names): the label when the webhook should add terms, else None and
+    the reason. Raises PodShapeError for a malformed pod.
+
+    Pods of KSSCHED_WEBHOOK_SKIP_NAMESPACES are left alone here as well as by the
+    namespaceSelector, whose `kubernetes.io/metadata.name` label namespaces only
+    carry from Kubernetes 1.21 on."""
     label = pod_label(pod, settings.KSSCHED_PIPELINE_LABEL)
     spec = pod_spec(pod)
+    namespace = namespace or _pod_namespace(pod)
+    if namespace in settings.KSSCHED_WEBHOOK_SKIP_NAMESPACES:
+        return None, (f"namespace {namespace} is in KSSCHED_WEBHOOK_SKIP_NAMESPACES")
     if spec.get("nodeName"):
         return None, "the pod names its node (spec.nodeName)"
     if spec.get("schedulerName") == settings.KSSCHED_SCHEDULER_NAME:
@@ -76,6 +84,12 @@ def pod_decision(pod: dict) -> tuple[str | None, str]:
     if not split_pipeline_label(label):
         return None, "the pipeline label has no segment"
     return label, "pipeline pod"
+
+
+def _pod_namespace(pod: dict) -> str:
+    metadata = pod.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return namespace if isinstance(namespace, str) else ""
 
 
 def patch_terms(plan: Plan) -> list[dict]:
@@ -107,7 +121,7 @@ def answer_review(
     try:
         if not isinstance(pod, dict):
             raise PodShapeError("the review carries no Pod object")
-        label, why = pod_decision(pod)
+        label, why = pod_decision(pod, request.namespace)
         if label is None:
             logger.debug("No terms for pod %s: %s", request.pod_ref(), why)
             return admission_response(uid)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.db.models import Count, Max, Q, Sum
 
 from history.labels import (
@@ -93,3 +95,16 @@ def busiest_keys(limit: int) -> list[dict]:
         {**row, "kind": key_kind(row["key"]), "label": key_label(row["key"])}
         for row in key_totals()[:limit]
     ]
+
+
+def bound_times(*, label: str, since: float, limit: int) -> list[float]:
+    """When the ledger's pods of `label` bound at or after `since` were bound
+    (epoch seconds, at most `limit`, oldest first): the webhook's steering memory
+    retires the steered pods they were."""
+    start = datetime.fromtimestamp(since, tz=UTC)
+    rows = (
+        Placement.objects.filter(label=label, bound_at__gte=start)
+        .order_by("bound_at")
+        .values_list("bound_at", flat=True)[:limit]
+    )
+    return [bound.timestamp() for bound in rows]

@@ -315,10 +315,18 @@ KSSCHED_EXTENDER_BIND = KSSCHED_SERVER.extender_bind
 # --- Webhook mode (POST /webhook/mutate) ----------------------------------------------
 # At most this many warm nodes are named in the preferred node affinity of one pod.
 KSSCHED_WEBHOOK_MAX_NODES = env.int("KSSCHED_WEBHOOK_MAX_NODES", default=20)
-# How long the webhook counts a pod it steered to a node as running there: long
-# enough for the pod to be scheduled and recorded by the watcher.
+# The longest the webhook counts a pod it steered to a node before the watcher
+# records it bound (from then on the ledger counts it, until it finishes): enough
+# for a pod to be scheduled and recorded, short enough that reviews whose pods never
+# appear stop counting within seconds.
 KSSCHED_WEBHOOK_MEMORY_SECONDS = env.float(
-    "KSSCHED_WEBHOOK_MEMORY_SECONDS", default=120.0
+    "KSSCHED_WEBHOOK_MEMORY_SECONDS", default=15.0
+)
+# Namespaces whose pods the webhook never patches, whatever the namespaceSelector
+# lets through (before Kubernetes 1.21 namespaces lack the kubernetes.io/metadata.name
+# label the shipped selector excludes kube-system by).
+KSSCHED_WEBHOOK_SKIP_NAMESPACES = frozenset(
+    env.list("KSSCHED_WEBHOOK_SKIP_NAMESPACES", default=["kube-system"])
 )
 # The pipeline pool: nodes that ran a pipeline pod, or that the watcher first saw, in
 # this many days. The load rule compares a node with the pool's mean load (prioritize

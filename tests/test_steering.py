@@ -59,6 +59,40 @@ def test_memory_counts_per_label_and_node_within_the_window():
     assert memory.steered("a", now=200.0, window=0.0) == {}
 
 
+def test_a_steered_pod_stops_counting_once_the_ledger_shows_it_bound():
+    memory = SteeringMemory()
+    memory.remember("a", "n1", now=100.0, window=60.0)
+    memory.remember("a", "n2", now=101.0, window=60.0)
+    assert memory.since("a", now=102.0, window=60.0) == 100.0 - steering.CLOCK_SLACK
+    # A pod of `a` bound at 100.5 was the oldest steered one: the ledger counts it.
+    assert memory.steered("a", now=102.0, window=60.0, bound=[100.5]) == {"n2": 1}
+    assert memory.steered("a", now=102.0, window=60.0, bound=[100.5, 101.0]) == {}
+    # Bound whole-second stamps may read up to CLOCK_SLACK early.
+    assert memory.steered("a", now=102.0, window=60.0, bound=[99.0]) == {"n2": 1}
+    # A pod bound before either was admitted retires neither.
+    assert memory.steered("a", now=102.0, window=60.0, bound=[90.0]) == {
+        "n1": 1,
+        "n2": 1,
+    }
+    assert memory.since("b", now=102.0, window=60.0) is None
+
+
+def test_the_plan_reads_which_steered_pods_are_bound():
+    history = memory_cluster()
+    memory = SteeringMemory()
+    first = plan(history, memory)
+    remember_plan(first, memory=memory, now=60.0, window=120.0)
+    asked = []
+
+    def bound_since(label, since):
+        asked.append((label, since))
+        return [60.0]
+
+    assert plan(history, memory).steered == {first.target: 1}
+    assert plan(history, memory, bound_since=bound_since).steered == {}
+    assert asked == [("ci-app", 60.0 - steering.CLOCK_SLACK)]
+
+
 def test_memory_is_bounded(monkeypatch):
     monkeypatch.setattr(steering, "MAX_LABELS", 4)
     monkeypatch.setattr(steering, "MAX_PER_LABEL", 3)
@@ -121,6 +155,7 @@ def plan(history, memory=None, **options):
         make_strategy=lambda reader: WarmStrategy(
             rules=WarmRules(), reader=reader, half_life=HOUR
         ),
+        bound_since=options.pop("bound_since", lambda label, since: []),
         **options,
     )
 

@@ -7,7 +7,12 @@ import random
 from collections.abc import Sequence
 
 from extender.scoring.rules import WarmRules
-from extender.scoring.steering import SteeringMemory, plan_terms, remember_plan
+from extender.scoring.steering import (
+    CLOCK_SLACK,
+    SteeringMemory,
+    plan_terms,
+    remember_plan,
+)
 from extender.scoring.strategies import WarmStrategy
 from history.reader.memory import MemoryHistory
 
@@ -44,6 +49,19 @@ class WebhookAdmissions:
         # The watcher sees every node of the simulated cluster at the start.
         history.seen.update(dict.fromkeys(nodes, 0.0))
         self.rng = random.Random(seed + 15485863)
+        # label -> when its pods were bound (the ledger's bound_at), within a window.
+        self.bound: dict[str, list[float]] = {}
+
+    def placed(self, label: str, now: float) -> None:
+        """A pod of `label` was bound at `now` (the watcher records it at once)."""
+        times = self.bound.setdefault(label, [])
+        times.append(now)
+        horizon = now - self.window - CLOCK_SLACK
+        if times[0] < horizon:
+            self.bound[label] = [at for at in times if at >= horizon]
+
+    def _bound_since(self, label: str, since: float) -> list[float]:
+        return [at for at in self.bound.get(label, ()) if at >= since]
 
     def admit(self, label: str, now: float) -> dict[str, int]:
         """The terms for a new pod of `label` at `now`: {node: weight}."""
@@ -59,6 +77,7 @@ class WebhookAdmissions:
             make_strategy=lambda reader: WarmStrategy(
                 rules=self.rules, reader=reader, half_life=self.history.half_life
             ),
+            bound_since=self._bound_since,
         )
         remember_plan(plan, memory=memory, now=now, window=self.window)
         return {term.node: term.weight for term in plan.terms}

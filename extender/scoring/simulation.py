@@ -214,6 +214,8 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         load[chosen] += pod.cpu * duration
         waits.append(now - pod.arrived)
         history.place(label=pod.label, node=names[chosen], now=now)
+        if admissions is not None:
+            admissions.placed(pod.label, now)
         heapq.heappush(events, (now + duration, sequence, "finish", (pod, chosen)))
         sequence += 1
         return True

@@ -8,16 +8,22 @@ the weights of the terms a node matches (see `default_profile`).
 
 **Bursts.** Every pod of a fan-out is admitted before any is scheduled, so the
 history shows none of them running. `SteeringMemory` remembers, per label and node,
-the pods steered in the last KSSCHED_WEBHOOK_MEMORY_SECONDS, and the scores count
-them as active pods of the label (`with_steered`), as the anti-hotspot rule counts
-running ones: the next pod of the burst finds the node just steered to penalised
-and is steered to the next equally warm node.
+the pods steered and not bound yet, and the scores count them as active pods of the
+label (`with_steered`), as the anti-hotspot rule counts running ones: the next pod
+of the burst finds the node just steered to penalised and is steered to the next
+equally warm node.
+
+A steered pod counts only until it is bound. Once the watcher has recorded it, the
+ledger counts it as running, and stops the moment it finishes; each pod of the
+label the ledger shows bound since a steered pod was admitted retires that pod
+from the memory (`SteeringMemory.steered`'s `bound`). A review whose pod never
+appears (a dry run of another client, a create another webhook refused, a review
+posted by hand) counts for KSSCHED_WEBHOOK_MEMORY_SECONDS at most.
 
 The memory belongs to one process. With several gunicorn workers (or replicas) each
 remembers the reviews it answered; the API server spreads a burst's reviews over
 them, so up to one pod per worker may be steered to the same top node before each
 memory learns of it. `manage.py simulate --webhook-memories N` measures the cost.
-After the window the watcher's record of the running pod takes over.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from django.conf import settings
 from extender.scoring.rules import MAX_SCORE, NO_HISTORY_SCORE
 from extender.scoring.strategies import Strategy, get_strategy
 from history.labels import split_pipeline_label
+from history.queries import bound_times
 from history.reader import HistoryReader, LabelHistory, history_reader
 
 MIN_WEIGHT = 1
@@ -41,6 +48,9 @@ MAX_WEIGHT = 100
 MAX_LABELS = 4096
 # Steered pods remembered per label (a fan-out wider than this is rare).
 MAX_PER_LABEL = 1024
+# How much earlier than the webhook's clock a pod may show as bound in the ledger:
+# bound_at comes from the API server's whole-second timestamps.
+CLOCK_SLACK = 2.0
 
 
 def weight_for(score: int) -> int:
@@ -65,18 +75,48 @@ class SteeringMemory:
         self._lock = threading.Lock()
         self._steered: dict[str, deque[tuple[float, str]]] = {}
 
-    def steered(self, label: str, *, now: float, window: float) -> dict[str, int]:
-        """node -> pods of `label` steered there in (now - window, now]."""
+    def steered(
+        self,
+        label: str,
+        *,
+        now: float,
+        window: float,
+        bound: Sequence[float] = (),
+    ) -> dict[str, int]:
+        """node -> pods of `label` steered there in (now - window, now] and not
+        bound yet.
+
+        `bound` holds when the ledger's pods of `label` were bound, from
+        `since(label)` on: each retires the oldest steered pod admitted before it
+        (CLOCK_SLACK allowed), which the ledger counts from then on.
+        """
         with self._lock:
             entries = self._steered.get(label)
             if not entries:
                 return {}
             self._expire(entries, now - window)
-            counts: dict[str, int] = {}
-            for at, node in entries:
-                if at <= now:
-                    counts[node] = counts.get(node, 0) + 1
-            return counts
+            pending = [(at, node) for at, node in entries if at <= now]
+        times = sorted(bound)
+        counts: dict[str, int] = {}
+        taken = 0
+        for at, node in pending:
+            while taken < len(times) and times[taken] < at - CLOCK_SLACK:
+                taken += 1
+            if taken < len(times):
+                taken += 1  # this pod is bound: the ledger counts it
+                continue
+            counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    def since(self, label: str, *, now: float, window: float) -> float | None:
+        """Where the bound pods that can retire a steered pod of `label` start
+        (the oldest one's admission less CLOCK_SLACK); None with none remembered."""
+        with self._lock:
+            entries = self._steered.get(label)
+            if not entries:
+                return None
+            self._expire(entries, now - window)
+            return entries[0][0] - CLOCK_SLACK if entries else None
 
     def remember(self, label: str, node: str, *, now: float, window: float) -> None:
         """One pod of `label` was steered to `node` at `now`."""
@@ -204,6 +244,7 @@ def plan_terms(
     reader: HistoryReader | None = None,
     make_strategy: Callable[[HistoryReader], Strategy] | None = None,
     pool: Iterable[str] = (),
+    bound_since: Callable[[str, float], Sequence[float]] | None = None,
 ) -> Plan:
     """The preferred terms for a pod with pipeline `label`, read from the history.
 
@@ -212,10 +253,12 @@ def plan_terms(
     The nodes of `pool` (the nodes pipeline pods run on) are scored with them: the
     load rule compares a node with the mean of the nodes scored, as prioritize
     compares it with the mean of kube-scheduler's candidates, and the nodes with
-    history for one label are busier than the pool. Nodes scoring 1 or less get no
-    term; the `max_nodes` best do, heaviest first, equal weights broken by fewer
-    running pipeline pods, then by name. Raises DatabaseError when the history
-    cannot be read.
+    history for one label are busier than the pool. `bound_since(label, since)`
+    gives when the label's pods were bound from `since` on (default: the ledger,
+    `history.queries.bound_times`), which retires the steered pods they were.
+    Nodes scoring 1 or less get no term; the `max_nodes` best do, heaviest
+    first, equal weights broken by fewer running pipeline pods, then by name.
+    Raises DatabaseError when the history cannot be read.
     """
     if not split_pipeline_label(label):
         return Plan(label=label)
@@ -227,7 +270,11 @@ def plan_terms(
     read = (reader or history_reader()).read(
         keys=strategy.keys_of(label), label=label or "", nodes=None
     )
-    steered = memory.steered(label or "", now=now, window=window)
+    since = memory.since(label or "", now=now, window=window)
+    bound: Sequence[float] = ()
+    if since is not None:
+        bound = (bound_since or _ledger_bound_since)(label or "", since)
+    steered = memory.steered(label or "", now=now, window=window, bound=bound)
     history = with_steered(read, steered)
     fixed.history = history
     nodes = sorted(history.nodes() | _pinned(history, label) | set(pool))
@@ -260,6 +307,10 @@ def plan_terms(
         history=history,
         dropped=[node for node, _ in warm[limit:]],
     )
+
+
+def _ledger_bound_since(label: str, since: float) -> list[float]:
+    return bound_times(label=label, since=since, limit=MAX_PER_LABEL)
 
 
 def remember_plan(
