@@ -14,7 +14,7 @@ export KSSCHED_BIND KSSCHED_EXTENDER_BIND
 browse = $(subst 0.0.0.0,localhost,$(subst [::],localhost,$(1)))
 
 .PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench bench-cluster soak clean
-.PHONY: pytest-pgbouncer
+.PHONY: pytest-pgbouncer control-plane e2e bench-e2e
 .PHONY: outcomes-demo
 .PHONY: docker-build docker-push deploy-yaml screenshots demo manage docs docs-check
 
@@ -23,6 +23,8 @@ help:
 	@echo "make test   - install dev tools, lint, run the whole suite"
 	@echo "make bench  - benchmark the extender against a floor"
 	@echo "make demo   - the extender, watcher and admin on a simulated cluster"
+	@echo "make e2e    - the end-to-end tests on a real control plane (built from Debian's source)"
+	@echo "make bench-e2e - kube-scheduler's own figures with the extender against default-scheduler"
 	@echo "make docs   - serve the documentation site on $(DOCS_ADDR)"
 	@echo "make manage ARGS='...' - a manage.py command with the checkout's settings"
 
@@ -200,6 +202,25 @@ soak: $(VENV)/.dev-installed
 # restarted, replayed), then `manage.py outcomes`; exits 1 unless the figures are exact.
 outcomes-demo: $(VENV)/.dev-installed
 	$(PY) -m tools.outcomes_demo $(DEMO_PODS)
+
+# A real control plane for the end-to-end tests (tests/e2e/) and bench-e2e:
+# kube-apiserver and kube-scheduler built from Debian's `kubernetes` source package
+# (cached by its version under ~/.cache/ks-scheduler/control-plane; a cold build takes
+# 4-8 minutes on 2 cores), etcd from etcd-server. Needs root for apt-get.
+control-plane:
+	bash tools/e2e/build-control-plane.sh
+
+# The end-to-end tests alone (make test runs them too).
+e2e: $(VENV)/.dev-installed
+	KSSCHED_E2E_BIN="$$(bash tools/e2e/build-control-plane.sh | tail -n 1)" \
+	  $(PY) -m pytest tests/e2e $(E2E_ARGS)
+
+# kube-scheduler's own histograms and pods/s with the extender against
+# default-scheduler, at 100, 1 000 and 5 000 Node objects, the watcher running and
+# paused, and the watcher's CPU per 100 pod lifecycles (tools/bench/e2e.py).
+bench-e2e: $(VENV)/.dev-installed
+	KSSCHED_E2E_BIN="$$(bash tools/e2e/build-control-plane.sh | tail -n 1)" \
+	  $(PY) -m tools.bench.e2e $(BENCH_ARGS)
 
 # Container image (see Dockerfile): make docker-build docker-push IMG=registry/ks-scheduler:tag
 IMG ?= ks-scheduler:1.0.0

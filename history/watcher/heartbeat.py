@@ -21,19 +21,32 @@ def default_max_age() -> float:
     return read_timeout + backoff_cap + 30
 
 
+# Seconds between two touches of the file: its age is read in tens of seconds.
+INTERVAL = 1.0
+
+
 class Heartbeat:
     """A file whose modification time says when the watcher last made progress."""
 
     def __init__(self, path: str | Path | None) -> None:
         self.path = Path(path) if path else None
         self._warned = False
+        self._made = False
+        self._last = -INTERVAL
 
     def beat(self) -> None:
+        """Touch the file (at most once every INTERVAL seconds)."""
         if self.path is None:
             return
+        now = time.monotonic()
+        if now - self._last < INTERVAL:
+            return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self._made:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._made = True
             self.path.touch()
+            self._last = now
         except OSError as exc:
             if not self._warned:
                 logger.warning("Cannot touch heartbeat file %s: %s", self.path, exc)

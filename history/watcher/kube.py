@@ -230,9 +230,17 @@ class KubeApi:
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> Failure | None:
         """Create an Event; None when it was written, else what went wrong."""
         try:
-            self.events.create_namespaced_event(
-                namespace, body, _request_timeout=self.event_timeout
+            # The answer is not read into model classes (most of a write's CPU).
+            response = self.events.create_namespaced_event(
+                namespace,
+                body,
+                _request_timeout=self.event_timeout,
+                _preload_content=False,
             )
+            # Read to the end, so the connection goes back to the pool for reuse
+            # (an unread one is closed: a TLS handshake per Event).
+            response.drain_conn()
+            response.release_conn()
         except Exception as exc:
             failure = classify(exc)
             if failure is None:

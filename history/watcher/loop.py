@@ -58,6 +58,8 @@ logger = logging.getLogger(__name__)
 
 LIST_BATCH = 200
 SHORT_WATCH_SECONDS = 1.0
+# The longest the checkpoint lags behind events that had nothing to write.
+CHECKPOINT_SECONDS = 10.0
 
 
 class Interrupted(Exception):
@@ -101,6 +103,11 @@ class Stream:
         )
         self._stream: kube.WatchStream | None = None
         self._lock = threading.Lock()
+        # Events handled with nothing to write, not in the checkpoint yet: they are
+        # saved with the next write, or after CHECKPOINT_SECONDS (a restart before
+        # that replays them, and replaying changes nothing).
+        self._unsaved = 0
+        self._saved_at = time.monotonic()
 
     # ---- steps
 
@@ -144,6 +151,8 @@ class Stream:
             self._write_batch(items[start : start + LIST_BATCH])
             self.heartbeat.beat()
         self._transaction(lambda: self._save(resource_version, 0, relisted=True))
+        self._unsaved = 0
+        self._saved_at = time.monotonic()
         self.last_progress = time.monotonic()
         self.resource_version = resource_version
         self.needs_list = False
@@ -199,16 +208,28 @@ class Stream:
             resource_version,
         )
         decision = self.handler.decide(type_, obj)
-        if decision is None and not self.handler.keeps_checkpoint:
-            # Nothing to write and no checkpoint to keep: only move on.
+        if decision is None:
+            # Nothing to write: only move on (the checkpoint follows in a while).
             if resource_version:
                 self.resource_version = resource_version
+            if self.handler.keeps_checkpoint:
+                self._unsaved += 1
+                if time.monotonic() - self._saved_at >= CHECKPOINT_SECONDS:
+                    self.save_progress()
+                self.handler.observe(Step(type_, 1, []))
+                self._count_processed(1)
             return
-        decisions = [] if decision is None else [decision]
+        decisions = [decision]
+        # The checkpoint moves in the transaction of a write, never ahead of it, at
+        # most every CHECKPOINT_SECONDS: a restart replays the rest, and replaying
+        # a write changes nothing (one ledger row per pod).
+        unsaved = self._unsaved + 1
+        save = time.monotonic() - self._saved_at >= CHECKPOINT_SECONDS
 
         def work() -> list[Any]:
             outcomes = self.handler.write(decisions)
-            self._save(resource_version, 1)
+            if save:
+                self._save(resource_version, unsaved)
             return outcomes
 
         try:
@@ -216,11 +237,30 @@ class Stream:
         except Unwritable as exc:
             self._skip(type_, metadata, resource_version, exc.error)
         else:
+            if save:
+                self._unsaved -= unsaved - 1
+                self._saved_at = time.monotonic()
+            else:
+                self._unsaved += 1
             self.handler.observe(Step(type_, 1, outcomes))
         self.last_progress = time.monotonic()
         if resource_version:
             self.resource_version = resource_version
         self._count_processed(1)
+
+    def save_progress(self) -> None:
+        """Save the checkpoint of the events handled with nothing to write."""
+        if not self._unsaved or not self.resource_version:
+            return
+        unsaved, resource_version = self._unsaved, self.resource_version
+        try:
+            self._transaction(
+                lambda: self._save(resource_version, unsaved), bounded=True
+            )
+        except (Unwritable, Interrupted):
+            return  # saved with a later write; replaying the events changes nothing
+        self._unsaved -= unsaved
+        self._saved_at = time.monotonic()
 
     def watch_once(self, server_timeout: int | None = None) -> bool:
         """List if needed, then run one watch request to its end.
@@ -280,6 +320,8 @@ class Stream:
         finally:
             with self._lock:
                 self._stream = None
+            if not self.needs_list:
+                self.save_progress()
         short = time.monotonic() - started < SHORT_WATCH_SECONDS
         if delivered == 0 and short and server_timeout is None:
             metrics.RECONNECTS.labels("short_watch").inc()

@@ -10,6 +10,7 @@ on the pod UID, so writing a decision twice changes nothing.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -25,6 +26,8 @@ from history.watcher.options import Options
 from history.watcher.placement_events import PlacementEvents
 from history.watcher.state import PODS
 
+# Pod UIDs remembered as committed to the ledger (about 100 bytes each).
+IN_LEDGER_MEMORY = 50_000
 logger = logging.getLogger(__name__)
 
 RECORD = "record"
@@ -142,6 +145,10 @@ class PodHandler:
         self.options = options
         # Writes an Event on each pod entered into the ledger (None: off).
         self.events = events
+        # Pods this process has seen committed to the ledger, most recent last: a
+        # later event of the same pod (running, finished) skips the ledger's
+        # duplicate check. Bounded; a pod that fell out is checked in the database.
+        self._in_ledger: OrderedDict[str, None] = OrderedDict()
         self.selectors = Selectors(
             namespace=options.namespace,
             label_selector=options.pipeline_label,
@@ -164,7 +171,10 @@ class PodHandler:
         if decision.action == REJECT:
             return REJECTED
         outcome = IGNORED
-        if decision.placement is not None:
+        if decision.placement is not None and decision.uid in self._in_ledger:
+            self._in_ledger.move_to_end(decision.uid)
+            outcome = DUPLICATE
+        elif decision.placement is not None:
             placement = decision.placement
             keys = labels.path_keys(placement.label)
             history = None
@@ -176,6 +186,7 @@ class PodHandler:
                 )
             created = ledger.record_placement(**vars(placement))
             outcome = RECORDED if created else DUPLICATE
+            transaction.on_commit(partial(self._remember, placement.pod_uid))
             if created and history is not None and self.events is not None:
                 event = placement_events.recorded(
                     pod_uid=placement.pod_uid,
@@ -193,6 +204,11 @@ class PodHandler:
         if decision.timings is not None:
             runs.record_run(pod_uid=decision.uid, timings=decision.timings)
         return outcome
+
+    def _remember(self, uid: str) -> None:
+        self._in_ledger[uid] = None
+        if len(self._in_ledger) > IN_LEDGER_MEMORY:
+            self._in_ledger.popitem(last=False)
 
     def observe(self, step: Step) -> None:
         """Feed the watcher's metrics; called once a step has committed."""

@@ -1,0 +1,366 @@
+"""`make bench-e2e`: what ks-scheduler costs kube-scheduler, measured by kube-scheduler.
+
+A real control plane (tests/e2e/controlplane.py): kube-apiserver, etcd, and two
+kube-schedulers running side by side, `ks-scheduler` configured from deploy/ with the
+extender and `default-scheduler` with its defaults. Node objects (no kubelet) at 100,
+1 000 and 5 000; a history of 10 000 pipelines (tools/bench/cluster.py's, on the same
+node names); the extender and the watcher as deployed, on SQLite or, with
+DATABASE_URL, PostgreSQL.
+
+Each round creates PODS pipeline pods for one scheduler while it is paused (SIGSTOP),
+resumes it and times the binding of them all, then plays each pod's life as its
+kubelet would (Running, then Succeeded), with the watcher running or paused (paused:
+it catches up afterwards). Reported per round, from the scheduler's own /metrics:
+the scheduling algorithm and e2e scheduling durations (mean, p50 and p99 from the
+histograms' buckets), pods per second, and the watcher's CPU seconds per 100 pod
+lifecycles (its utime + stime from /proc). Targets: the extender profile at least
+0.85x default-scheduler's pods/s at 1 000 and 5 000 nodes; the watcher at most
+0.2 CPU-seconds per 100 pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tests.e2e.controlplane import ControlPlane, build_binaries, scrape
+from tests.e2e.stack import DEPLOY
+from tests.servers import free_port, wait_for_port
+from tools.bench import cluster, data
+
+REPO = Path(__file__).resolve().parents[2]
+SIZES = (100, 1000, 5000)
+PODS = 200
+PIPELINES = 10_000
+ROWS = 300_000
+PODS_PER_SECOND_TARGET = 0.85
+WATCHER_CPU_TARGET = 0.2
+LE = re.compile(r'[{,]le="([^"]+)"')
+HISTOGRAMS = {
+    "algorithm": "scheduler_scheduling_algorithm_duration_seconds",
+    "e2e": "scheduler_e2e_scheduling_duration_seconds",
+}
+
+
+def histogram(text: str, name: str) -> dict[float, float]:
+    """le -> cumulative count of one histogram (summed over its label sets)."""
+    buckets: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket{{"):
+            labels, value = line.rsplit(" ", 1)
+            le = LE.search(labels).group(1)
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0.0) + float(value)
+        elif line.startswith(f"{name}_sum"):
+            buckets[-1.0] = buckets.get(-1.0, 0.0) + float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def summarise(before: dict, after: dict) -> dict[str, float]:
+    """Mean, p50 and p99 in ms of the observations between two scrapes."""
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    total_sum = delta.pop(-1.0, 0.0)
+    bounds = sorted(delta)
+    count = delta.get(float("inf"), 0.0)
+    if not count:
+        return {"mean": 0.0, "p50": 0.0, "p99": 0.0, "count": 0}
+
+    def quantile(q: float) -> float:
+        rank, previous_bound, previous = q * count, 0.0, 0.0
+        for bound in bounds:
+            if delta[bound] >= rank:
+                if bound == float("inf"):
+                    return previous_bound * 1000
+                share = (rank - previous) / max(delta[bound] - previous, 1e-9)
+                return (previous_bound + share * (bound - previous_bound)) * 1000
+            previous_bound, previous = bound, delta[bound]
+        return previous_bound * 1000
+
+    return {
+        "mean": total_sum / count * 1000,
+        "p50": quantile(0.5),
+        "p99": quantile(0.99),
+        "count": int(count),
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def create_nodes(plane: ControlPlane, names: list[str]) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        for start in range(0, len(names), 250):
+            list(
+                pool.map(lambda n: plane.create_nodes([n]), names[start : start + 250])
+            )
+
+
+def wait_all_bound(plane: ControlPlane, namespace: str, count: int) -> float:
+    """Seconds until `count` pods of `namespace` are bound (polls the list)."""
+    started = time.monotonic()
+    while True:
+        pods = plane.ok("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+        bound = sum(1 for pod in pods if pod["spec"].get("nodeName"))
+        if bound >= count:
+            return time.monotonic() - started
+        if time.monotonic() - started > 600:
+            raise TimeoutError(f"{bound}/{count} pods bound in {namespace}")
+        time.sleep(0.05)
+
+
+def finished_in_ledger(namespace: str) -> int:
+    from history.models import Placement
+
+    return Placement.objects.filter(
+        namespace=namespace, finished_at__isnull=False
+    ).count()
+
+
+def play_lives(plane: ControlPlane, namespace: str, names: list[str]) -> None:
+    """Running, then Succeeded, for each pod, as its kubelet would write it."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    def live(name: str) -> None:
+        plane.set_phase(namespace, name, "Running", started=stamp)
+        plane.set_phase(namespace, name, "Succeeded", started=stamp, finished=stamp)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(live, names))
+
+
+def round_(plane, schedulers, watcher, *, size, kind, watching, pods, rng) -> dict:
+    """One round: `pods` pods for scheduler `kind`, the watcher running or not."""
+    process, port = schedulers[kind]
+    namespace = f"bench-{size}-{kind}-{'w' if watching else 'p'}"
+    plane.ensure_namespace(namespace)
+    if not watching:
+        os.kill(watcher.pid, signal.SIGSTOP)
+    watcher_cpu = cpu_seconds(watcher.pid)
+    before = scrape(port)
+    process.pause()
+    names = [f"p{i:04d}" for i in range(pods)]
+    labels = [cluster.pipeline(rng.randrange(PIPELINES)) for _ in names]
+    with ThreadPoolExecutor(4) as pool:
+        list(
+            pool.map(
+                lambda pair: plane.create_pod(
+                    namespace, pair[0], label=pair[1], scheduler=kind
+                ),
+                zip(names, labels, strict=True),
+            )
+        )
+    process.resume()
+    seconds = wait_all_bound(plane, namespace, pods)
+    after = scrape(port)
+    play_lives(plane, namespace, names)
+    if not watching:
+        os.kill(watcher.pid, signal.SIGCONT)
+    recorded = pods if kind == "ks-scheduler" else 0
+    deadline = time.monotonic() + 300
+    while recorded and finished_in_ledger(namespace) < recorded:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the watcher did not record {namespace}")
+        time.sleep(0.1)
+    time.sleep(0.5)  # the last events' Event writes
+    row = {
+        "nodes": size,
+        "scheduler": kind,
+        "watcher": "running" if watching else "paused",
+        "pods_per_second": round(pods / seconds, 1),
+        "watcher_cpu_per_100": round(
+            (cpu_seconds(watcher.pid) - watcher_cpu) / pods * 100, 3
+        ),
+    }
+    for short, name in HISTOGRAMS.items():
+        row[short] = {
+            k: round(v, 2)
+            for k, v in summarise(
+                histogram(before, name), histogram(after, name)
+            ).items()
+        }
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| nodes | scheduler | watcher | pods/s | algorithm ms mean / p50 / p99 "
+        "| e2e ms mean / p50 / p99 | watcher CPU s per 100 pods |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        a, e = row["algorithm"], row["e2e"]
+        lines.append(
+            f"| {row['nodes']} | {row['scheduler']} | {row['watcher']} "
+            f"| {row['pods_per_second']} | {a['mean']:.1f} / {a['p50']:.1f} / "
+            f"{a['p99']:.1f} | {e['mean']:.1f} / {e['p50']:.1f} / {e['p99']:.1f} "
+            f"| {row['watcher_cpu_per_100']} |"
+        )
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    out = []
+    for size in sorted({row["nodes"] for row in rows}):
+        for watching in ("running", "paused"):
+            pick = {
+                row["scheduler"]: row
+                for row in rows
+                if row["nodes"] == size and row["watcher"] == watching
+            }
+            if {"ks-scheduler", "default-scheduler"} <= pick.keys():
+                ratio = (
+                    pick["ks-scheduler"]["pods_per_second"]
+                    / pick["default-scheduler"]["pods_per_second"]
+                )
+                target = size >= 1000
+                met = "met" if ratio >= PODS_PER_SECOND_TARGET else "MISSED"
+                out.append(
+                    f"{size} nodes, watcher {watching}: extender pods/s = "
+                    f"{ratio:.2f}x default"
+                    + (
+                        f" (target >= {PODS_PER_SECOND_TARGET}: {met})"
+                        if target
+                        else ""
+                    )
+                )
+    cpu = [
+        row["watcher_cpu_per_100"]
+        for row in rows
+        if row["scheduler"] == "ks-scheduler" and row["watcher"] == "running"
+    ]
+    if cpu:
+        worst = max(cpu)
+        met = "met" if worst <= WATCHER_CPU_TARGET else "MISSED"
+        out.append(
+            f"watcher CPU per 100 pod lifecycles: {min(cpu):.3f}-{worst:.3f} s "
+            f"(target <= {WATCHER_CPU_TARGET}: {met})"
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--pods", type=int, default=PODS)
+    parser.add_argument("--rows", type=int, default=ROWS)
+    parser.add_argument("--out", default=str(REPO / "bench-results" / "e2e.json"))
+    options = parser.parse_args(argv)
+    sizes = [int(s) for s in options.sizes.split(",")]
+    # SIGTERM stops every process this run started (the `finally` below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    workdir = Path(tempfile.mkdtemp(prefix="ks-bench-e2e-"))
+    env = {
+        **os.environ,
+        "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-e2e-secret-key-0123456789"),
+        "KSSCHED_READ_DOT_ENV": "0",
+        "KSSCHED_SCORING": "warm",
+        "KSSCHED_WATCHER_METRICS_PORT": "0",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONPATH": str(REPO),
+    }
+    if "DATABASE_URL" not in env:
+        env["DATA_PATH"] = str(workdir / "bench.db")
+    os.environ.update(env)
+    print(f"loading a history of {PIPELINES} pipelines ({options.rows} rows)...")
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from tools.bench import cluster; cluster.prepare({options.rows}, "
+            f"{PIPELINES})",
+        ],
+        cwd=REPO,
+        env=env,
+        check=True,
+    )
+    os.environ["DJANGO_SETTINGS_MODULE"] = "kssched.settings"
+    import django
+
+    django.setup()
+
+    plane = ControlPlane(build_binaries(), workdir=workdir).start()
+    for name in ("base/serviceaccount.yaml", "base/rbac-watcher.yaml"):
+        plane.apply((DEPLOY / name).read_text())
+    plane.apply((DEPLOY / "base/rbac-scheduler.yaml").read_text())
+    extender_port, web_port = free_port(), free_port()
+    serve_env = {
+        **env,
+        "KSSCHED_BIND": f"127.0.0.1:{web_port}",
+        "KSSCHED_EXTENDER_BIND": f"127.0.0.1:{extender_port}",
+    }
+    servers = plane.spawn("servers", [sys.executable, "-m", "kssched.serve"], serve_env)
+    wait_for_port(extender_port, servers.popen, 60)
+    watcher_env = {
+        **env,
+        "KUBECONFIG": str(plane.kubeconfig("ks-scheduler")),
+        "KSSCHED_HEARTBEAT_PATH": str(workdir / "heartbeat"),
+    }
+    watcher = plane.spawn(
+        "watcher", [sys.executable, str(REPO / "manage.py"), "watch_pods"], watcher_env
+    ).popen
+    from tests.e2e.stack import scheduler_config
+
+    schedulers = {
+        "ks-scheduler": plane.start_scheduler(
+            "ks-scheduler",
+            config=scheduler_config(f"http://127.0.0.1:{extender_port}"),
+        ),
+        "default-scheduler": plane.start_scheduler(
+            "default-scheduler",
+            args=["--leader-elect=false"],
+            user="default-scheduler",
+            lease="kube-scheduler",
+        ),
+    }
+    import random
+
+    rng = random.Random(7)
+    rows: list[dict] = []
+    names = data.node_names(max(sizes))
+    made = 0
+    try:
+        for size in sizes:
+            print(f"creating nodes up to {size}...")
+            create_nodes(plane, names[made:size])
+            made = size
+            time.sleep(2)  # the schedulers' informers take the new nodes
+            for watching in (True, False):
+                for kind in ("default-scheduler", "ks-scheduler"):
+                    row = round_(
+                        plane,
+                        schedulers,
+                        watcher,
+                        size=size,
+                        kind=kind,
+                        watching=watching,
+                        pods=options.pods,
+                        rng=rng,
+                    )
+                    rows.append(row)
+                    print(json.dumps(row))
+    finally:
+        plane.stop()
+    print()
+    print(table(rows))
+    print()
+    for line in verdicts(rows):
+        print(line)
+    out = Path(options.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows, "verdicts": verdicts(rows)}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
