@@ -40,6 +40,15 @@ source_version() {
   apt-cache showsrc kubernetes 2>/dev/null | awk '/^Version:/ {print $2}' | sort -V | tail -n 1
 }
 
+cached_any() { ls -d "$CACHE"/*/bin/kube-apiserver >/dev/null 2>&1; }
+if [ "$(id -u)" -ne 0 ] && ! have_tools; then
+  if cached_any; then
+    dirname "$(ls -d "$CACHE"/*/bin/kube-apiserver | sort -V | tail -n 1)"
+    exit 0
+  fi
+  log "not root: cannot install golang-go, etcd-server and dpkg-dev (run as root, or install them)"
+  exit 3
+fi
 if ! have_tools; then
   log "installing golang-go, etcd-server and dpkg-dev"
   apt-get update -qq
