@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -32,6 +34,20 @@ def _history(plane, namespace, nodes, tmp_path):
     return uids
 
 
+def calls(web: str, verb: str) -> float:
+    """How many calls of `verb` the extender answered (/metrics on the web port
+    adds up both listeners)."""
+    with urllib.request.urlopen(f"{web}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    prefix = f'kssched_extender_request_seconds_count{{verb="{verb}"}}'
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    )
+
+
+PRIORITIZE, FILTER = "priorities/pipeline", "predicates/alwaystrue"
 VARIANTS = {
     "deploy": {},
     "filter-verb": {"filterVerb": "predicates/alwaystrue"},
@@ -54,12 +70,18 @@ def test_kube_scheduler_binds_pipeline_pods_where_they_ran(
             config = stack.scheduler_config(extender, **VARIANTS[variant])
             scheduler, _port = plane.start_scheduler(f"ks-{variant}", config=config)
         try:
+            before = calls(web, PRIORITIZE), calls(web, FILTER)
             placed = {}
             for i in range(3):
                 uid, node = stack.run_pod(plane, namespace, f"run-{i}", label=LABEL)
                 placed[uid] = node
             # Each run finished before the next: the node that ran it is warm and idle.
             assert set(placed.values()) == {nodes[2]}, placed
+            # kube-scheduler called prioritize once per pod (and filter, when set).
+            time.sleep(1)  # a worker's metrics are written as its answer is sent
+            assert calls(web, PRIORITIZE) - before[0] == 3
+            filters = 3 if "filterVerb" in VARIANTS.get(variant, {}) else 0
+            assert calls(web, FILTER) - before[1] == filters
             assert stack.wait_finished(set(placed))
         finally:
             scheduler.stop()
@@ -107,8 +129,6 @@ def test_placement_events_show_in_kubectl_describe_and_the_counts_audit_clean(
             described = plane.kubectl("describe", "pod", "-n", namespace, "described")
             if "WarmPlacement" in described:
                 break
-            import time
-
             time.sleep(0.2)
         assert "WarmPlacement" in described, described
         assert nodes[2] in described
