@@ -16,7 +16,7 @@ browse = $(subst 0.0.0.0,localhost,$(subst [::],localhost,$(1)))
 .PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench bench-cluster soak clean
 .PHONY: pytest-pgbouncer
 .PHONY: outcomes-demo
-.PHONY: docker-build docker-push deploy-yaml screenshots demo manage docs docs-check
+.PHONY: docker-build docker-push deploy-yaml overlay screenshots demo manage docs docs-check
 
 help:
 	@echo "make run    - install, migrate and serve: web on $(KSSCHED_BIND), extender on $(KSSCHED_EXTENDER_BIND)"
@@ -25,6 +25,7 @@ help:
 	@echo "make demo   - the extender, watcher and admin on a simulated cluster"
 	@echo "make docs   - serve the documentation site on $(DOCS_ADDR)"
 	@echo "make manage ARGS='...' - a manage.py command with the checkout's settings"
+	@echo "make overlay DIR=../my-ks-scheduler IMG=registry/ks-scheduler:tag - your kustomization for the cluster install"
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON3) -m venv $(VENV)
@@ -210,6 +211,19 @@ docker-build:
 
 docker-push:
 	$(DOCKER) push $(IMG)
+
+# Your kustomization for the cluster install (docs/install.md, step 3), written to
+# DIR/kustomization.yaml on top of deploy/overlays/OVERLAY with your images, whatever
+# this checkout's folder is called; then `kubectl apply -k DIR`:
+#   make overlay DIR=../my-ks-scheduler IMG=registry/ks-scheduler:tag \
+#     [KUBE_SCHEDULER=registry.k8s.io/kube-scheduler:v1.31.4] [OVERLAY=postgres]
+OVERLAY ?= sqlite
+overlay:
+	@if [ -z "$(DIR)" ]; then \
+	  echo "make overlay: set DIR, the directory to write, e.g. make overlay DIR=../my-ks-scheduler IMG=$(IMG)"; \
+	  exit 2; fi
+	@deploy/render.sh --into "$(DIR)" --overlay "$(OVERLAY)" --image "$(IMG)" \
+	  $(if $(KUBE_SCHEDULER),--kube-scheduler "$(KUBE_SCHEDULER)")
 
 # Regenerate deploy/ks-scheduler.yaml from deploy/overlays/sqlite (tests check they agree).
 deploy-yaml:

@@ -139,7 +139,11 @@ def placements(root: Path) -> int:
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory):
     """A fresh checkout after `make run`'s set-up steps: .env written, migrated."""
-    root = tmp_path_factory.mktemp("clone") / "ks-scheduler"
+    return make_checkout(tmp_path_factory.mktemp("clone") / "ks-scheduler")
+
+
+def make_checkout(root: Path) -> Path:
+    """Copy the repository's files to `root`, then `make run`'s set-up steps."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO,
