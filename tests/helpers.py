@@ -19,6 +19,29 @@ IS_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 __all__ = ["IS_CI", "REPO", "free_port", "wait_for_port"]
 
 
+def default_scoring() -> str:
+    """The strategy a pod runs with when KSSCHED_SCORING is not set (kssched.settings,
+    read in a fresh process: tests/settings.py sets another for the suite)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KSSCHED_")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="kssched.settings",
+        SECRET_KEY="default-scoring-probe-" + "x" * 40,
+        DATA_PATH=str(Path(os.environ.get("TMPDIR", "/tmp")) / "default-scoring.db"),
+    )
+    env.pop("DATABASE_URL", None)
+    code = "from django.conf import settings; print(settings.KSSCHED_SCORING)"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
 def load_fixture(name: str) -> bytes:
     """The raw bytes of a recorded kube-scheduler request body."""
     return (FIXTURES / name).read_bytes()
