@@ -20,16 +20,15 @@ __all__ = ["IS_CI", "REPO", "free_port", "wait_for_port"]
 
 
 def default_scoring() -> str:
-    """The strategy a pod runs with when KSSCHED_SCORING is not set (kssched.settings,
-    read in a fresh process: tests/settings.py sets another for the suite)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KSSCHED_")}
-    env.update(
-        DJANGO_SETTINGS_MODULE="kssched.settings",
-        SECRET_KEY="default-scoring-probe-" + "x" * 40,
-        DATA_PATH=str(Path(os.environ.get("TMPDIR", "/tmp")) / "default-scoring.db"),
-    )
-    env.pop("DATABASE_URL", None)
-    code = "from django.conf import settings; print(settings.KSSCHED_SCORING)"
+    """The strategy a pod runs with when KSSCHED_SCORING is not set: kssched.settings
+    read in a fresh process with nothing of the shell's settings (tests/settings.py
+    sets another for the suite)."""
+    env = {
+        "SECRET_KEY": "x" * 50,
+        "PATH": os.environ.get("PATH", ""),
+        "DATA_PATH": str(Path(os.environ.get("TMPDIR", "/tmp")) / "unused.db"),
+    }
+    code = "import kssched.settings as s; print(s.KSSCHED_SCORING)"
     result = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,
