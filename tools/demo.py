@@ -80,6 +80,8 @@ TEAMS = [
 # outcomes and the time saved fill in the first minutes.
 STARTUP = {"exact": (2, 6), "partial": (10, 18), "cold": (25, 45)}
 RUN = (20, 90)
+# Seconds the emulated kube-scheduler waits for an answer.
+CALL_TIMEOUT = 30
 # Said wherever the demo shows times (here, and in the admin: tools/demo_settings.py).
 MADE_UP = (
     "Made-up times: startup and run times are drawn by warmth class (STARTUP, RUN in "
@@ -167,7 +169,8 @@ class Simulation:
             data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=5) as answer:
+        # Generous: a worker's first call loads Django, seconds on a busy machine.
+        with urllib.request.urlopen(request, timeout=CALL_TIMEOUT) as answer:
             return {row["Host"]: row["Score"] for row in json.load(answer)}
 
     def schedule(self, label: str) -> None:
@@ -399,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             wait_for_port(args.port, web)
-        except (RuntimeError, TimeoutError) as exc:
+            # The login printed below works at once: a worker has loaded Django.
+            urllib.request.urlopen(f"{url}/readyz", timeout=CALL_TIMEOUT).close()
+        except (RuntimeError, OSError) as exc:
             print(f"The web server did not start ({exc}); see {demo_dir}/web.log")
             return 1
         print(
