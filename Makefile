@@ -16,7 +16,7 @@ browse = $(subst 0.0.0.0,localhost,$(subst [::],localhost,$(1)))
 .PHONY: help run migrate test lint typecheck format checks pytest pytest-postgres bench bench-cluster soak clean
 .PHONY: pytest-pgbouncer control-plane e2e bench-e2e
 .PHONY: outcomes-demo
-.PHONY: docker-build docker-push deploy-yaml screenshots demo manage docs docs-check
+.PHONY: docker-build docker-push deploy-yaml overlay screenshots demo manage docs docs-check
 
 help:
 	@echo "make run    - install, migrate and serve: web on $(KSSCHED_BIND), extender on $(KSSCHED_EXTENDER_BIND)"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-e2e - kube-scheduler's own figures with the extender against default-scheduler"
 	@echo "make docs   - serve the documentation site on $(DOCS_ADDR)"
 	@echo "make manage ARGS='...' - a manage.py command with the checkout's settings"
+	@echo "make overlay DIR=../my-ks-scheduler IMG=registry/ks-scheduler:tag - your kustomization for the cluster install"
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON3) -m venv $(VENV)
@@ -58,29 +59,11 @@ $(SECRET_FILE):
 	@echo "Wrote $@ (read by $(PY) manage.py)."
 
 # Before serving: a listener's address already in use stops `make run` at once, naming
-# the variable that moves it (gunicorn would retry five times, then fail with no hint).
-# SO_REUSEADDR as gunicorn binds: a port left in TIME_WAIT is free.
-define PORT_CHECK
-import socket, sys
-for name, address in zip(("KSSCHED_BIND", "KSSCHED_EXTENDER_BIND"), sys.argv[1:]):
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as listener:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            listener.bind((host, int(port)))
-        except OSError as exc:
-            other = f"[{host}]" if family == socket.AF_INET6 else host
-            sys.exit(
-                f"make run: {address} is in use ({exc.strerror}): set {name} to a free "
-                f"address, e.g. make run {name}={other}:{int(port) + 10}"
-            )
-endef
-export PORT_CHECK
-
+# the variable that moves it and a free alternative (tools/port_check.py; `make demo`
+# checks its port there too).
 run: $(VENV)/.installed $(SECRET_FILE)
-	@$(PY) -c "$$PORT_CHECK" "$(KSSCHED_BIND)" "$(KSSCHED_EXTENDER_BIND)"
+	@$(PY) -m tools.port_check run KSSCHED_BIND="$(KSSCHED_BIND)" \
+	  KSSCHED_EXTENDER_BIND="$(KSSCHED_EXTENDER_BIND)"
 	@$(MAKE) --no-print-directory -s .env
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py migrate --noinput
 	SECRET_KEY="$$(cat $(SECRET_FILE))" DATA_PATH="$(RUN_DATA_PATH)" $(PY) manage.py collectstatic --noinput --verbosity 0
@@ -104,7 +87,8 @@ manage: $(VENV)/.installed .env
 # A cluster without a cluster: the real extender and watch_pods against the test API
 # server, with pipeline pods arriving, running and finishing on simulated nodes.
 # Serves the admin on 127.0.0.1 only; stops after DEMO_MINUTES or on Ctrl-C.
-# Its own database (var/demo/): the history of `make run` is left alone.
+# Its own database (var/demo/): the history of `make run` is left alone. A second demo
+# on the same directory or a port in use stops before it touches anything (tools/demo.py).
 DEMO_PORT ?= 8090
 DEMO_MINUTES ?= 30
 demo: $(VENV)/.installed
@@ -231,6 +215,19 @@ docker-build:
 
 docker-push:
 	$(DOCKER) push $(IMG)
+
+# Your kustomization for the cluster install (docs/install.md, step 3), written to
+# DIR/kustomization.yaml on top of deploy/overlays/OVERLAY with your images, whatever
+# this checkout's folder is called; then `kubectl apply -k DIR`:
+#   make overlay DIR=../my-ks-scheduler IMG=registry/ks-scheduler:tag \
+#     [KUBE_SCHEDULER=registry.k8s.io/kube-scheduler:v1.31.4] [OVERLAY=postgres]
+OVERLAY ?= sqlite
+overlay:
+	@if [ -z "$(DIR)" ]; then \
+	  echo "make overlay: set DIR, the directory to write, e.g. make overlay DIR=../my-ks-scheduler IMG=$(IMG)"; \
+	  exit 2; fi
+	@deploy/render.sh --into "$(DIR)" --overlay "$(OVERLAY)" --image "$(IMG)" \
+	  $(if $(KUBE_SCHEDULER),--kube-scheduler "$(KUBE_SCHEDULER)")
 
 # Regenerate deploy/ks-scheduler.yaml from deploy/overlays/sqlite (tests check they agree).
 deploy-yaml:

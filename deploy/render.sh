@@ -12,18 +12,25 @@
 #       Print one overlay's install (sqlite by default) with your images, through a
 #       temporary kustomization whose `images:` override the base's: every container
 #       takes them, nothing else changes.
+#   deploy/render.sh --into DIR --image REGISTRY/ks-scheduler:TAG [--kube-scheduler ...]
+#                    [--overlay ...]
+#       Write that kustomization to DIR/kustomization.yaml instead (DIR made if missing,
+#       `resources:` the overlay's path relative to DIR, wherever the checkout is), for
+#       `kubectl apply -k DIR`: `make overlay` (docs/install.md, step 3). A
+#       kustomization there that this script did not write is left alone (exit 2).
 #
 # Uses `kubectl kustomize` (KUBECTL=... to override).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 kubectl=${KUBECTL:-kubectl}
 
-image="" scheduler_image="" overlay=sqlite
+image="" scheduler_image="" overlay=sqlite into=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --image) image=${2:?--image needs a value}; shift 2 ;;
     --kube-scheduler) scheduler_image=${2:?--kube-scheduler needs a value}; shift 2 ;;
     --overlay) overlay=${2:?--overlay needs a value}; shift 2 ;;
+    --into) into=${2:?--into needs a directory}; shift 2 ;;
     *) echo "render.sh: unknown argument $1 (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -39,24 +46,60 @@ image_entry() {
   printf '  - name: %s\n    newName: %s\n    newTag: "%s"\n' "$name" "$new_name" "$new_tag"
 }
 
+# The path from directory $1 to directory $2, both absolute and without symlinks.
+relative_path() {
+  from=$1 to=$2 up=""
+  while [ "$from" != / ]; do
+    case "$to/" in "$from"/*) break ;; esac
+    from=$(dirname "$from") up="../$up"
+  done
+  rest=${to#"$from"} rest=${rest#/}
+  echo "$up${rest:-.}"
+}
+
+# The kustomization on top of one overlay with these images, into directory $1.
+write_kustomization() {
+  dir=$1
+  echo "$GENERATED"
+  echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+  echo "kind: Kustomization"
+  echo "resources:"
+  # kustomize takes only relative paths to another kustomization.
+  echo "  - $(relative_path "$(cd "$dir" && pwd -P)" "$(cd "$here/$source_dir" && pwd -P)")"
+  echo "images:"
+  if [ -n "$image" ]; then image_entry ks-scheduler "$image"; fi
+  if [ -n "$scheduler_image" ]; then
+    image_entry registry.k8s.io/kube-scheduler "$scheduler_image"
+  fi
+}
+GENERATED="# Written by ks-scheduler's deploy/render.sh --into (make overlay): run it again to change."
+
+if [ -n "$into" ] && [ -z "$image$scheduler_image" ]; then
+  echo "render.sh: --into needs --image (and --kube-scheduler if you set one)" >&2
+  exit 2
+fi
 if [ -n "$image$scheduler_image" ]; then
   case "$overlay" in
     sqlite|postgres|webhook) source_dir="overlays/$overlay" ;;
     legacy/v1beta3|legacy/policy) source_dir="$overlay" ;;
-    *) echo "render.sh: unknown overlay $overlay" >&2; exit 2 ;;
+    *) echo "render.sh: unknown overlay $overlay (sqlite, postgres, webhook, legacy/v1beta3, legacy/policy)" >&2; exit 2 ;;
   esac
-  # kustomize takes only relative paths to another kustomization: a directory in here.
+  if [ -n "$into" ]; then
+    target="$into/kustomization.yaml"
+    if [ -e "$target" ] && [ "$(head -n 1 "$target")" != "$GENERATED" ]; then
+      echo "render.sh: $target exists and was not written by render.sh: left alone; choose another directory" >&2
+      exit 2
+    fi
+    mkdir -p "$into"
+    # Checked before anything is written: an image without a tag stops here.
+    body=$(write_kustomization "$into")
+    printf '%s\n' "$body" > "$target"
+    echo "wrote $target: kubectl kustomize $into shows it, kubectl apply -k $into applies it"
+    exit 0
+  fi
   tmp=$(mktemp -d "$here/.render.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
-  {
-    echo "resources:"
-    echo "  - ../$source_dir"
-    echo "images:"
-    if [ -n "$image" ]; then image_entry ks-scheduler "$image"; fi
-    if [ -n "$scheduler_image" ]; then
-      image_entry registry.k8s.io/kube-scheduler "$scheduler_image"
-    fi
-  } > "$tmp/kustomization.yaml"
+  write_kustomization "$tmp" > "$tmp/kustomization.yaml"
   echo "# ks-scheduler install: deploy/render.sh --overlay $overlay${image:+ --image $image}${scheduler_image:+ --kube-scheduler $scheduler_image}"
   "$kubectl" kustomize "$tmp"
   exit 0

@@ -19,6 +19,28 @@ IS_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 __all__ = ["IS_CI", "REPO", "free_port", "wait_for_port"]
 
 
+def default_scoring() -> str:
+    """The strategy a pod runs with when KSSCHED_SCORING is not set: kssched.settings
+    read in a fresh process with nothing of the shell's settings (tests/settings.py
+    sets another for the suite)."""
+    env = {
+        "SECRET_KEY": "x" * 50,
+        "PATH": os.environ.get("PATH", ""),
+        "DATA_PATH": str(Path(os.environ.get("TMPDIR", "/tmp")) / "unused.db"),
+    }
+    code = "import kssched.settings as s; print(s.KSSCHED_SCORING)"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
 def load_fixture(name: str) -> bytes:
     """The raw bytes of a recorded kube-scheduler request body."""
     return (FIXTURES / name).read_bytes()

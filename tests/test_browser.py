@@ -16,13 +16,16 @@ from pathlib import Path
 import pytest
 from django.apps import apps as django_apps
 from django.contrib.auth.models import Group, User
+from django.test import override_settings
 from django.utils import timezone
 
+from extender.scoring.steering import process_memory
 from history.corrections import create_key_node
 from history.labels import placement_keys, split_pipeline_label
 from history.ledger import finish_placement, record_placement
 from history.models import KeyNode, NodeRecord, Placement, WatchState
-from tests.helpers import IS_CI, REPO
+from history.reader.pool import database_pool
+from tests.helpers import IS_CI, REPO, default_scoring
 from tests.screenshots import check_shown, save_if_changed
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here
@@ -87,10 +90,12 @@ def login(page, live_server, username, next_path="/admin/"):
 
 
 # What a picture shows: the headings of its panels and the columns of its tables
-# (numbers left out: they are the data, not the page).
+# (numbers left out: they are the data, not the page), and on a pipeline page the
+# scoring strategy it shows.
 SHOWN = """(within) => {
     const root = document.querySelector(within || '#content');
-    return [...root.querySelectorAll('h1, h2, h3, thead th, svg[id], .module[id]')]
+    const shown = 'h1, h2, h3, thead th, svg[id], .module[id], #pipeline-strategy';
+    return [...root.querySelectorAll(shown)]
         .filter(el => el.getBoundingClientRect().height > 0)
         .map(el => el.tagName.toLowerCase() + ': '
              + (el.matches('svg, .module') ? '#' + el.id
@@ -394,7 +399,25 @@ def test_pipeline_page_chart(page, live_server, superuser, cluster_history):
     scores = page.locator("#pipeline-scores tbody tr")
     assert scores.count() == len(NODES)
     assert page.locator("#pipeline-placements tbody tr").count() == 22
-    screenshot(page, "pipeline.png")
+
+
+def test_pipeline_page_hero_shows_the_default_strategy(
+    page, live_server, superuser, cluster_history
+):
+    """README's picture of the pipeline page: what a new install shows, the strategy
+    a pod runs with when KSSCHED_SCORING is not set."""
+    default = default_scoring()
+    process_memory().clear()
+    database_pool.clear()
+    with override_settings(KSSCHED_SCORING=default):
+        login(page, live_server, "admin", "/admin/pipeline/?q=jenkins-java-maven")
+        assert page.locator("#pipeline-strategy").inner_text() == default
+        bars = page.locator("#pipeline-chart g.bar")
+        assert bars.count() >= 3
+        assert page.locator("#pipeline-placements tbody tr").count() == 22
+        screenshot(page, "pipeline.png")
+    process_memory().clear()
+    database_pool.clear()
 
 
 def test_placement_ledger(page, live_server, superuser, cluster_history):

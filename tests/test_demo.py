@@ -42,6 +42,51 @@ def ledger(directory, query):
         return db.execute(query).fetchall()
 
 
+def placements_of(directory) -> int:
+    return ledger(directory, "SELECT COUNT(*) FROM history_placement")[0][0]
+
+
+def second_demo(port: int, directory) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tools.demo", "--port", str(port), "--minutes", "1"]
+        + ["--dir", str(directory)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def check_a_second_demo_stops_before_touching_the_first(
+    directory, port: int, url: str, username: str, password: str
+) -> None:
+    """While a demo runs, a second one on its directory or its port exits at once
+    with one line naming DEMO_PORT and a free port; the first keeps its database
+    and its login."""
+    database = directory / "demo.db"
+    inode, before = database.stat().st_ino, placements_of(directory)
+    same = second_demo(port, directory)  # `make demo` twice: same port, same dir
+    assert same.returncode == 1
+    (line,) = same.stderr.splitlines()
+    assert line.startswith(f"make demo: a demo is running on {directory} (pid "), line
+    assert "e.g. make demo DEMO_PORT=" in line
+    free = int(re.search(r"DEMO_PORT=(\d+)", line).group(1))
+    assert free != port
+    assert "Login" not in same.stdout
+    other_dir = directory / "second"
+    taken = second_demo(port, other_dir)  # its own directory, the same port
+    assert taken.returncode == 1
+    (line,) = taken.stderr.splitlines()
+    assert line.startswith(f"make demo: 127.0.0.1:{port} is in use ("), line
+    assert "set DEMO_PORT to a free port, e.g. make demo DEMO_PORT=" in line
+    assert not (other_dir / "demo.db").exists()
+    # The first demo's database is the same file, still growing, and its login works.
+    assert database.stat().st_ino == inode
+    assert placements_of(directory) >= before
+    page = admin_session(url, username, password).open(f"{url}/admin/").read()
+    assert b'id="ks-total-placements"' in page
+
+
 def test_demo_shows_placements_in_the_admin(tmp_path):
     port = free_port()
     demo = subprocess.Popen(
@@ -74,6 +119,16 @@ def test_demo_shows_placements_in_the_admin(tmp_path):
         assert pipeline.startswith(f"{url}/admin/pipeline/?q=")
         chart = opener.open(pipeline).read().decode()
         assert 'class="bar"' in chart
+        # The demo's times are drawn by warmth class: it says so wherever it shows
+        # the time saved (its output, the admin index, the pipeline page).
+        assert "so the time saved the demo shows is made up" in banner
+        assert 'id="outcomes-simulated"' in chart
+        assert "Demo: made-up times." in chart
+        index = opener.open(f"{url}/admin/").read().decode()
+        assert 'id="ks-simulated-times"' in index
+        check_a_second_demo_stops_before_touching_the_first(
+            tmp_path, port, url, username, password
+        )
         # The pods report their containers' start and end: the ledger gets startup
         # and run times within the first minute.
         timed = 0

@@ -4,13 +4,16 @@
 cluster run, in a fresh checkout beside which the guide's own kustomizations are
 written (`# DIR/kustomization.yaml` blocks), as the guide lays them out:
 
+Every command runs in the checkout, whose folder is not called ks-scheduler:
+
+- `make overlay ...` and `deploy/render.sh ...` run as printed;
 - `kubectl create secret generic ...` runs as printed plus `--dry-run=client -o yaml`;
 - `kubectl kustomize DIR` runs as printed; `apply -k`/`delete -k DIR` build DIR;
-- `ks-scheduler/deploy/render.sh ...` runs as printed; `apply -f`/`delete -f FILE`
-  read the file it wrote;
-- `kubectl exec deploy/ks-scheduler -c C -- python manage.py createsuperuser ...` runs
-  in the checkout with container C's environment from the built Deployment, its
-  Secret references filled from the Secret made above.
+  `apply -f`/`delete -f FILE` read the file render.sh wrote;
+- `kubectl -n NS exec deploy/ks-scheduler -c C -- python manage.py createsuperuser ...`
+  runs in the checkout with container C's environment from the Deployment built into
+  NS, its Secret references filled from the Secrets made in NS (a pod reads Secrets of
+  its own namespace only).
 
 The rest need a cluster and are named in `NEEDS_CLUSTER`; a line that is neither
 fails the test, so a new command gets a decision.
@@ -26,7 +29,7 @@ import yaml
 
 from tests.helpers import REPO
 from tests.test_deploy import kubectl_or_skip, kustomize
-from tests.test_readme import checkout, clean_env, run, shell_blocks  # noqa: F401
+from tests.test_readme import clean_env, make_checkout, run, shell_blocks
 
 pytestmark = pytest.mark.slow
 
@@ -143,42 +146,63 @@ def test_render_refuses_an_image_without_a_tag():
 def test_the_guide_sets_no_image_by_editing_manifests():
     text = guide_text()
     assert "image:` lines" not in text
-    assert "kustomize edit set image" in text  # offered, with the file it writes
-    assert guide_kustomizations(text), "the guide's own kustomization"
+    assert "make overlay DIR=" in text  # writes the kustomization with the images
 
 
-def secret_env(container: dict, secrets: dict[str, dict[str, str]]) -> dict[str, str]:
-    """The container's variables that come from Secrets, as the kubelet fills them."""
+def secret_env(
+    container: dict,
+    secrets: dict[tuple[str | None, str], dict[str, str]],
+    namespace: str | None,
+) -> dict[str, str]:
+    """The container's variables that come from Secrets, as the kubelet fills them:
+    from Secrets in the pod's own namespace only."""
     env = {}
     for item in container.get("env", []):
         ref = item.get("valueFrom", {}).get("secretKeyRef")
         if not ref:
             continue
-        value = secrets.get(ref["name"], {}).get(ref["key"])
+        value = secrets.get((namespace, ref["name"]), {}).get(ref["key"])
         if value is None:
-            assert ref.get("optional"), f"{ref} is missing and not optional"
+            assert ref.get("optional"), (
+                f"{ref} is missing in namespace {namespace} and not optional"
+            )
             continue
         env[item["name"]] = value
     return env
 
 
-def test_install_commands_run_as_printed(checkout):  # noqa: F811
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A checkout whose folder is not called ks-scheduler: the guide's commands may not
+    depend on the name."""
+    return make_checkout(tmp_path_factory.mktemp("install") / "my-clone-2")
+
+
+def kubectl_namespace(words: list[str]) -> str | None:
+    for flag in ("-n", "--namespace"):
+        if flag in words:
+            return words[words.index(flag) + 1]
+    return None
+
+
+def test_install_commands_run_as_printed(clone):
     kubectl_or_skip()
-    workspace = checkout.parent  # the guide's layout: kustomizations beside the clone
+    workspace = clone.parent  # the guide's layout: kustomizations beside the clone
     text = guide_text()
     for directory, body in guide_kustomizations(text).items():
         (workspace / directory).mkdir(exist_ok=True)
         (workspace / directory / "kustomization.yaml").write_text(body)
-    env = clean_env(checkout)
-    secrets: dict[str, dict[str, str]] = {}
+    env = clean_env(clone)
+    # (namespace, name) -> the Secret's keys and values.
+    secrets: dict[tuple[str | None, str], dict[str, str]] = {}
     built: dict[str, list[dict]] = {}
     done, skipped = [], []
     for block in shell_blocks(text):
         for line in block:
             if line.startswith("#"):
                 continue
-            if line.startswith("ks-scheduler/deploy/render.sh"):
-                result = run(workspace, env, [], line)
+            if line.startswith(("deploy/render.sh", "make overlay")):
+                result = run(clone, env, [], line)
                 assert result.returncode == 0, f"{line}\n{result.stderr}"
                 done.append(line)
                 continue
@@ -186,32 +210,36 @@ def test_install_commands_run_as_printed(checkout):  # noqa: F811
                 continue
             verb = kubectl_verb(line)
             words = line.split("#")[0].split()
+            namespace = kubectl_namespace(words)
             if verb.startswith("create secret generic"):
-                result = run(workspace, env, [], f"{line} --dry-run=client -o yaml")
+                result = run(clone, env, [], f"{line} --dry-run=client -o yaml")
                 assert result.returncode == 0, f"{line}\n{result.stderr}"
                 secret = yaml.safe_load(result.stdout)
-                secrets[secret["metadata"]["name"]] = {
+                secrets[namespace, secret["metadata"]["name"]] = {
                     key: base64.b64decode(value).decode()
                     for key, value in secret["data"].items()
                 }
             elif verb.startswith("kustomize"):
-                result = run(workspace, env, [], line)
+                result = run(clone, env, [], line)
                 assert result.returncode == 0, f"{line}\n{result.stderr}"
                 built[words[-1]] = list(yaml.safe_load_all(result.stdout))
             elif verb.startswith(("apply -k", "delete -k")):
                 directory = words[words.index("-k") + 1]
-                built[directory] = kustomize(workspace / directory)
+                built[directory] = kustomize(clone / directory)
             elif verb.startswith(("apply -f", "delete -f")):
-                path = workspace / words[words.index("-f") + 1]
+                path = clone / words[words.index("-f") + 1]
                 assert path.is_file(), f"{line}: the guide never writes {path.name}"
                 assert [d for d in yaml.safe_load_all(path.read_text()) if d]
             elif verb.startswith("exec") and "manage.py createsuperuser" in line:
-                (deployment,) = [
+                # The Deployment the command names, where the guide built it.
+                deployment = next(
                     doc
                     for docs in built.values()
                     for doc in docs
-                    if doc and doc["kind"] == "Deployment"
-                ][:1]
+                    if doc
+                    and doc["kind"] == "Deployment"
+                    and doc["metadata"].get("namespace") == namespace
+                )
                 container_name = words[words.index("-c") + 1]
                 (container,) = [
                     c
@@ -220,15 +248,17 @@ def test_install_commands_run_as_printed(checkout):  # noqa: F811
                 ]
                 command = line.split(" -- ", 1)[1]
                 assert command.startswith("python ")
-                result = run(
-                    checkout,
-                    {**env, **secret_env(container, secrets)},
-                    [],
-                    ".venv/bin/" + command,
+                filled = secret_env(container, secrets, namespace)
+                # A fresh database per install: the admin user is made once in each.
+                fresh = {**env, "DATA_PATH": str(workspace / f"{namespace}.db")}
+                migrated = run(
+                    clone, {**fresh, **filled}, [], ".venv/bin/python manage.py migrate"
                 )
+                assert migrated.returncode == 0, migrated.stderr
+                result = run(clone, {**fresh, **filled}, [], ".venv/bin/" + command)
                 assert result.returncode == 0, f"{line}\n{result.stderr}"
                 assert "Superuser created successfully" in result.stdout
-                check_admin_login(checkout, env, secrets["ks-scheduler"])
+                check_admin_login(clone, fresh, secrets[namespace, "ks-scheduler"])
             elif any(verb.startswith(v) for v in NEEDS_CLUSTER):
                 skipped.append(line)
                 continue
@@ -239,8 +269,27 @@ def test_install_commands_run_as_printed(checkout):  # noqa: F811
     assert any("create secret generic ks-scheduler" in line for line in done)
     assert any("createsuperuser" in line for line in done)
     assert any("render.sh" in line for line in done)
-    assert {"my-ks-scheduler", "my-ks-webhook"} <= set(built)
+    installs = {"../my-ks-scheduler", "../my-ks-webhook", "../ksphere-install"}
+    assert installs <= set(built)
     assert skipped  # the cluster-only commands were seen, not silently dropped
+    # Every build's pod finds the Secrets it reads in its own namespace.
+    for docs in built.values():
+        for doc in docs:
+            if doc and doc["kind"] == "Deployment":
+                spec = doc["spec"]["template"]["spec"]
+                namespace = doc["metadata"].get("namespace")
+                for container in spec.get("initContainers", []) + spec["containers"]:
+                    secret_env(container, secrets, namespace)
+    # The kustomizations the guide has you write name the overlay by its real path.
+    made = (workspace / "my-ks-scheduler" / "kustomization.yaml").read_text()
+    assert "../my-clone-2/deploy/overlays/sqlite" in made
+    assert images_in(built["../my-ks-scheduler"]) == {
+        "registry.example.com/ks-scheduler:1.0.0",
+        "registry.k8s.io/kube-scheduler:v1.31.4",
+    }
+    assert images_in(built["../my-ks-webhook"]) == {
+        "registry.example.com/ks-scheduler:1.0.0"
+    }
 
 
 def check_admin_login(root: Path, env: dict, secret: dict[str, str]) -> None:

@@ -106,3 +106,20 @@ def test_index_shows_time_saved_over_the_last_30_days(admin_client):
     saved = re.search(r'<td colspan="3" id="ks-time-saved">(.*?)</td>', body, re.S)
     # (180 - 60) x 5 + (46 - 10) x 5 = 780 s.
     assert "<strong>13 min 0 s</strong> over 2 pipelines" in saved.group(1)
+
+
+def test_the_made_up_times_note_shows_only_under_the_demo(admin_client, settings):
+    """A cluster's times are measured: no note. The demo's settings
+    (tools/demo_settings.py) add one next to each time saved."""
+    for i in range(5):
+        ran(f"e{i}", "ci-java-app", "exact", 10, 50)
+        ran(f"c{i}", "ci-java-app", "cold", 70, 110)
+    pages = ("/admin/", "/admin/pipeline/?q=ci-java-app")
+    for page in pages:
+        assert b"made-up times" not in admin_client.get(page).content
+    settings.KSSCHED_SIMULATED_TIMES = True
+    index = admin_client.get(pages[0]).content.decode()
+    assert 'id="ks-simulated-times"' in index
+    pipeline = admin_client.get(pages[1]).content.decode()
+    note = re.search(r'<p [^>]*id="outcomes-simulated">(.*?)</p>', pipeline, re.S)
+    assert "the time saved shown here is made up, not measured" in note.group(1)

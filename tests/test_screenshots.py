@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, default_scoring
 from tests.screenshots import (
     COMMITTED,
     TOLERATED_PIXELS,
@@ -97,3 +97,12 @@ def test_a_page_that_changed_since_its_picture_fails(tmp_path):
         check_shown(tmp_path, name, [*recorded, "th: Weight later"])
     with pytest.raises(AssertionError, match="no record"):
         check_shown(tmp_path, "never-taken.png", recorded)
+
+
+def test_the_readme_hero_shows_the_default_strategy():
+    """README's first picture is the pipeline page as a new install shows it: its
+    record (taken with the page, tests/test_browser.py) names the default strategy."""
+    readme = (REPO / "README.md").read_text()
+    hero = re.search(r"!\[[^\]]*\]\(docs/screenshots/([\w.-]+\.png)\)", readme)
+    assert hero and hero.group(1) == "pipeline.png"
+    assert f"code: {default_scoring()}" in shown_record(COMMITTED)["pipeline.png"]

@@ -21,7 +21,7 @@ from history.reader import LabelHistory, Policies
 from history.reader.memo import KeyMemo
 from history.recency import accumulate_decayed, decayed_weight
 from history.watcher.state import record_node_seen
-from tests.helpers import ran
+from tests.helpers import default_scoring, ran
 
 RULES = WarmRules()
 DAY = 86400.0
@@ -357,28 +357,8 @@ def test_get_strategy_knows_both():
         get_strategy("nope")
 
 
-def test_warm_is_the_default_outside_the_test_suite(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    from tests.helpers import REPO
-
-    env = {
-        "SECRET_KEY": "x" * 50,
-        "PATH": os.environ.get("PATH", ""),
-        "DATA_PATH": str(tmp_path / "unused.db"),
-    }
-    code = "import kssched.settings as s; print(s.KSSCHED_SCORING)"
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert result.stdout.strip() == "warm"
+def test_warm_is_the_default_outside_the_test_suite():
+    assert default_scoring() == "warm"
 
 
 def test_kept_key_scores_equal_warm_scores_at_every_instant():

@@ -19,13 +19,16 @@ team. The progress line reports the ledger's own warmth (`history_placement.warm
 what the watcher recorded), the same exact, partial and cold as the admin's.
 
 Its database lives in var/demo/ and starts empty on every run; `make run`'s history is
-left alone. It stops after --minutes or on Ctrl-C (SIGINT/SIGTERM), stopping its
-children. Standard library only in this process: Django runs in the children.
+left alone. A second demo on the same directory (a lock on var/demo/demo.lock) or on a
+port in use stops with one line before it touches anything. It stops after --minutes
+or on Ctrl-C (SIGINT/SIGTERM), stopping its children. Standard library only in this
+process: Django runs in the children.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import random
@@ -41,6 +44,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 from history.labels import path_keys, placement_keys
 from tests.fakeapi import (
@@ -51,9 +55,12 @@ from tests.fakeapi import (
     write_kubeconfig,
 )
 from tests.servers import wait_for_port
+from tools import port_check
 
 REPO = Path(__file__).resolve().parent.parent
 USERNAME = "demo"
+# Held by the running demo: a second one on the same directory stops before wiping it.
+LOCK_FILE = "demo.lock"
 # kube-scheduler adds score × weight × 10; deploy/ ships weight 5.
 EXTENDER_WEIGHT = 5
 # An organisation's pipelines, `<ci-system>-<team>-<language>-<service>`: several CI
@@ -73,6 +80,13 @@ TEAMS = [
 # outcomes and the time saved fill in the first minutes.
 STARTUP = {"exact": (2, 6), "partial": (10, 18), "cold": (25, 45)}
 RUN = (20, 90)
+# Seconds the emulated kube-scheduler waits for an answer.
+CALL_TIMEOUT = 30
+# Said wherever the demo shows times (here, and in the admin: tools/demo_settings.py).
+MADE_UP = (
+    "Made-up times: startup and run times are drawn by warmth class (STARTUP, RUN in "
+    "tools/demo.py),\nso the time saved the demo shows is made up, not measured."
+)
 
 
 def pipeline_labels() -> list[str]:
@@ -155,7 +169,8 @@ class Simulation:
             data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=5) as answer:
+        # Generous: a worker's first call loads Django, seconds on a busy machine.
+        with urllib.request.urlopen(request, timeout=CALL_TIMEOUT) as answer:
             return {row["Host"]: row["Score"] for row in json.load(answer)}
 
     def schedule(self, label: str) -> None:
@@ -248,6 +263,8 @@ def child_env(
         "PYTHONPATH": str(REPO),
         "HOME": os.environ.get("HOME", str(demo_dir)),
         "KSSCHED_READ_DOT_ENV": "0",
+        # The checkout's settings plus the label on the demo's made-up times.
+        "DJANGO_SETTINGS_MODULE": "tools.demo_settings",
         "SECRET_KEY": secret_key,
         "DATA_PATH": str(demo_dir / "demo.db"),
         "KSSCHED_HEARTBEAT_PATH": str(demo_dir / "watcher" / "heartbeat"),
@@ -283,6 +300,28 @@ def stop(process: subprocess.Popen, timeout: float = 20) -> None:
         process.wait()
 
 
+def claim(demo_dir: Path, port: int) -> IO[str] | str:
+    """An exclusive lock on `demo_dir`, held while this process lives (the open file),
+    or the line that says which demo holds it and how to run a second one."""
+    lock = open(demo_dir / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        free = port_check.free_port_after("127.0.0.1", port) or "PORT"
+        return (
+            f"make demo: a demo is running on {demo_dir} ({holder}): stop it first, "
+            f"or run a second one on a free DEMO_PORT and its own directory, e.g. "
+            f"make demo DEMO_PORT={free} DEMO_ARGS='--dir var/demo-{free}'"
+        )
+    lock.truncate(0)
+    lock.write(f"pid {os.getpid()}, http://127.0.0.1:{port}/admin/\n")
+    lock.flush()
+    return lock
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8090, help="Admin port (8090).")
@@ -301,6 +340,19 @@ def main(argv: list[str] | None = None) -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
+
+    # Nothing is wiped while another demo uses this directory or the port is taken.
+    demo_dir.mkdir(parents=True, exist_ok=True)
+    lock = claim(demo_dir, args.port)
+    if isinstance(lock, str):
+        print(lock, file=sys.stderr, flush=True)
+        return 1
+    taken = port_check.problem(
+        "demo", "DEMO_PORT", f"127.0.0.1:{args.port}", port_only=True
+    )
+    if taken:
+        print(taken, file=sys.stderr, flush=True)
+        return 1
 
     # A fresh start: the previous run's database, logs and heartbeat go.
     shutil.rmtree(demo_dir / "watcher", ignore_errors=True)
@@ -350,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             wait_for_port(args.port, web)
-        except (RuntimeError, TimeoutError) as exc:
+            # The login printed below works at once: a worker has loaded Django.
+            urllib.request.urlopen(f"{url}/readyz", timeout=CALL_TIMEOUT).close()
+        except (RuntimeError, OSError) as exc:
             print(f"The web server did not start ({exc}); see {demo_dir}/web.log")
             return 1
         print(
@@ -362,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             "Placements appear within seconds; warmth, startup and run times and "
             "the time saved\nbuild up over the first minutes. Warmth as the ledger "
             f"records it: {demo_dir / 'demo.db'}, table history_placement.\n"
+            f"{MADE_UP}\n"
             f"Logs: {demo_dir}/web.log, {demo_dir}/watcher.log. Ctrl-C stops.\n",
             flush=True,
         )

@@ -131,6 +131,16 @@ def history_overview(context):
     }
 
 
+@register.inclusion_tag("admin/history/simulated_times.html")
+def simulated_times_note(element_id: str) -> dict:
+    """Under `make demo` (tools/demo_settings.py), the note that its startup and run
+    times, and so the time saved, are drawn by warmth class: made up, not measured."""
+    return {
+        "shown": getattr(settings, "KSSCHED_SIMULATED_TIMES", False),
+        "element_id": element_id,
+    }
+
+
 @register.inclusion_tag("admin/history/empty_state.html")
 def history_empty_state():
     """What to check when no history has been recorded yet."""
