@@ -12,6 +12,9 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.options import get_content_type_for_model
+from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -51,6 +54,8 @@ logger = logging.getLogger(__name__)
 # The pipeline page lives in the extender app (it needs the scoring strategy) and is
 # routed in kssched/urls.py under this name.
 PIPELINE_URL_NAME = "admin-pipeline"
+# Rows named on the confirmation page of "Delete selected"; the rest are counted.
+DELETE_LISTED = 100
 WEIGHT_NOW_HELP = (
     "Weight now is what the warm scoring uses for a row: every placement counts 1 "
     "and halves every KSSCHED_HALF_LIFE_DAYS days, and it never exceeds the count. "
@@ -298,9 +303,23 @@ class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
     def delete_model(self, request, obj):
         corrections.delete_key_nodes(key_nodes=[obj], actor=request.user.get_username())
 
+    def get_deleted_objects(self, objs, request):
+        # A KeyNode row has no related rows: the confirmation of a large selection
+        # names the first DELETE_LISTED rows and counts the rest (building a link
+        # per row took seconds for "select all" on a busy key).
+        total = objs.count() if isinstance(objs, QuerySet) else len(objs)
+        listed, counts, perms, protected = super().get_deleted_objects(
+            list(objs[:DELETE_LISTED]), request
+        )
+        if total > DELETE_LISTED:
+            name = str(KeyNode._meta.verbose_name_plural)
+            listed.append(f"… and {total - DELETE_LISTED} more {name}")
+            counts = {name: total}
+        return listed, counts, perms, protected
+
     def delete_queryset(self, request, queryset):
         corrections.delete_key_nodes(
-            key_nodes=list(queryset), actor=request.user.get_username()
+            key_nodes=queryset, actor=request.user.get_username()
         )
 
     @admin.action(description="Export selected rows as CSV", permissions=["view"])
@@ -325,25 +344,48 @@ class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
     @admin.action(description="Reset selected counts to zero", permissions=["change"])
     def reset_counts(self, request, queryset):
         changed = corrections.reset_key_nodes(
-            key_nodes=list(queryset), actor=request.user.get_username()
+            key_nodes=queryset,
+            actor=request.user.get_username(),
+            on_batch=self._bulk_logger(request, "Reset"),
         )
-        self._log_bulk(request, changed, "Reset")
+        self._report_bulk(request, changed, "Reset")
 
     @admin.action(description="Halve selected counts", permissions=["change"])
     def halve_counts(self, request, queryset):
         changed = corrections.halve_key_nodes(
-            key_nodes=list(queryset), actor=request.user.get_username()
+            key_nodes=queryset,
+            actor=request.user.get_username(),
+            on_batch=self._bulk_logger(request, "Halved"),
         )
-        self._log_bulk(request, changed, "Halved")
+        self._report_bulk(request, changed, "Halved")
 
-    def _log_bulk(self, request, changed, verb):
-        for row, old, new in changed:
-            self.log_change(
-                request, row, f"{verb} count from {old} to {new} (bulk action)."
+    def _bulk_logger(self, request, verb):
+        """Writes each changed row's "old → new" to its admin history, a batch of
+        rows per statement (as `log_deletions` does for deletions)."""
+        content_type = get_content_type_for_model(KeyNode).pk
+        user = request.user.pk
+
+        def log(changes: list[corrections.CountChange]) -> None:
+            LogEntry.objects.bulk_create(
+                LogEntry(
+                    user_id=user,
+                    content_type_id=content_type,
+                    object_id=str(change.pk),
+                    object_repr=f"{change.key} on {change.node}: {change.new}"[:200],
+                    action_flag=CHANGE,
+                    change_message=(
+                        f"{verb} count from {change.old} to {change.new} (bulk action)."
+                    ),
+                )
+                for change in changes
             )
+
+        return log
+
+    def _report_bulk(self, request, changed: int, verb: str) -> None:
         self.message_user(
             request,
-            f"{verb} {len(changed)} count(s); rows already at the target were skipped.",
+            f"{verb} {changed} count(s); rows already at the target were skipped.",
             messages.SUCCESS,
         )
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from itertools import islice
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import orjson
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet, Subquery
 from django.utils import timezone
 
 from history.ledger import add_counts_on_conflict
@@ -154,98 +154,150 @@ def create_key_node(
     return key_node
 
 
-def delete_key_nodes(*, key_nodes: Iterable[KeyNode], actor: str) -> int:
+class CountChange(NamedTuple):
+    """One KeyNode row whose count a bulk correction changed."""
+
+    pk: int
+    key: str
+    node: str
+    old: int
+    new: int
+
+
+# (pk, key, node, count) of a selected KeyNode row.
+SelectedRow = tuple[int, str, str, int]
+
+
+def _locked_selection(
+    key_nodes: QuerySet[KeyNode] | Iterable[KeyNode],
+) -> Iterator[list[SelectedRow]]:
+    """The rows of `key_nodes` that still exist, as stored now, BULK_ROWS at a time
+    in primary-key order: one query per batch, whatever the selection's size.
+
+    A QuerySet (the admin's selection, "select all" included) is read as a
+    subquery; rows given one by one are looked up by primary key. Each batch is
+    locked (PostgreSQL) and SQLite's IMMEDIATE transaction holds the write lock, so
+    the counts read stay current until the caller's transaction ends.
+    """
+    locked = KeyNode.objects.select_for_update().order_by("pk")
+    fields = ("pk", "key", "node", "count")
+    if isinstance(key_nodes, QuerySet):
+        # A sliced selection keeps its order: it decides which rows the slice holds.
+        ids = key_nodes if key_nodes.query.is_sliced else key_nodes.order_by()
+        selected = locked.filter(pk__in=Subquery(ids.values("pk")))
+        after = 0
+        while batch := list(
+            selected.filter(pk__gt=after).values_list(*fields)[:BULK_ROWS]
+        ):
+            yield batch
+            after = batch[-1][0]
+        return
+    pks = sorted({row.pk for row in key_nodes})
+    for start in range(0, len(pks), BULK_ROWS):
+        yield [
+            row
+            for chunk in _batches(pks[start : start + BULK_ROWS], READ_BATCH)
+            for row in locked.filter(pk__in=chunk).values_list(*fields)
+        ]
+
+
+def delete_key_nodes(
+    *, key_nodes: QuerySet[KeyNode] | Iterable[KeyNode], actor: str
+) -> int:
     """Delete KeyNode rows by hand, recording the removed counts as adjustments.
 
-    Returns the number of rows deleted.
+    Set-based: per BULK_ROWS rows, one read, one DELETE and one INSERT of the
+    adjustments. Returns the number of rows deleted.
     """
+    now = timezone.now()
     deleted = 0
     with transaction.atomic():
-        for key_node in key_nodes:
-            count = (
-                KeyNode.objects.filter(pk=key_node.pk)
-                .values_list("count", flat=True)
-                .first()
+        for batch in _locked_selection(key_nodes):
+            rows = [(key, node, count) for _, key, node, count in batch]
+            _delete_rows(rows=rows)
+            _record_adjustments(
+                deltas=[(key, node, -count) for key, node, count in rows if count],
+                actor=actor,
+                reason=CountAdjustment.Reason.DELETED,
+                now=now,
             )
-            if count is None:
-                continue
-            KeyNode.objects.filter(pk=key_node.pk).delete()
-            if count:
-                CountAdjustment.objects.create(
-                    key=key_node.key,
-                    node=key_node.node,
-                    delta=-count,
-                    reason=CountAdjustment.Reason.DELETED,
-                    actor=actor,
-                )
-            deleted += 1
+            deleted += len(rows)
     return deleted
 
 
 def _rescale_key_nodes(
-    *, key_nodes: Iterable[KeyNode], actor: str, reason: str, target
-) -> list[tuple[KeyNode, int, int]]:
+    *,
+    key_nodes: QuerySet[KeyNode] | Iterable[KeyNode],
+    actor: str,
+    reason: str,
+    target: Callable[[int], int],
+    on_batch: Callable[[list[CountChange]], None] | None,
+) -> int:
     """Set each row's count to `target(old)`, recording the deltas as adjustments.
 
-    Returns (row, old, new) for each row whose count changed. The row is locked
-    (PostgreSQL) or the write lock is held (SQLite IMMEDIATE) between the read and
-    the relative update, so a concurrent placement is never lost.
+    Set-based: per BULK_ROWS rows, one locked read, one relative UPDATE and one
+    INSERT of the adjustments (the PostgreSQL change log's triggers and the SQLite
+    cache, which follows the adjustments, see every row). `on_batch` is given the
+    rows of each batch whose count changed (rows already at their target are
+    skipped). Returns how many rows changed.
     """
-    changed = []
+    now = timezone.now()
+    changed = 0
     with transaction.atomic():
-        for key_node in key_nodes:
-            old = (
-                KeyNode.objects.select_for_update()
-                .filter(pk=key_node.pk)
-                .values_list("count", flat=True)
-                .first()
-            )
-            if old is None:
-                continue
-            new = target(old)
-            if not 0 <= new <= old:
-                raise ValueError(
-                    f"a bulk action may only lower a count ({old} -> {new})"
-                )
-            if new == old:
-                continue
-            KeyNode.objects.filter(pk=key_node.pk).update(count=F("count") + new - old)
-            CountAdjustment.objects.create(
-                key=key_node.key,
-                node=key_node.node,
-                delta=new - old,
-                reason=reason,
-                actor=actor,
-            )
-            key_node.count = new
-            changed.append((key_node, old, new))
+        for batch in _locked_selection(key_nodes):
+            changes = [
+                CountChange(pk, key, node, old, target(old))
+                for pk, key, node, old in batch
+                if target(old) != old
+            ]
+            for change in changes:
+                if not 0 <= change.new <= change.old:
+                    raise ValueError(
+                        f"a bulk action may only lower a count "
+                        f"({change.old} -> {change.new})"
+                    )
+            deltas = [(c.key, c.node, c.new - c.old) for c in changes]
+            _cut_counts(cut=deltas, now=now)
+            _record_adjustments(deltas=deltas, actor=actor, reason=reason, now=now)
+            if on_batch is not None and changes:
+                on_batch(changes)
+            changed += len(changes)
     return changed
 
 
 def reset_key_nodes(
-    *, key_nodes: Iterable[KeyNode], actor: str
-) -> list[tuple[KeyNode, int, int]]:
-    """Set the counts of `key_nodes` to zero; returns (row, old, 0) per changed row."""
+    *,
+    key_nodes: QuerySet[KeyNode] | Iterable[KeyNode],
+    actor: str,
+    on_batch: Callable[[list[CountChange]], None] | None = None,
+) -> int:
+    """Set the counts of `key_nodes` to zero; returns how many rows changed
+    (`on_batch` sees them, see `_rescale_key_nodes`)."""
     return _rescale_key_nodes(
         key_nodes=key_nodes,
         actor=actor,
         reason=CountAdjustment.Reason.RESET,
         target=lambda old: 0,
+        on_batch=on_batch,
     )
 
 
 def halve_key_nodes(
-    *, key_nodes: Iterable[KeyNode], actor: str
-) -> list[tuple[KeyNode, int, int]]:
+    *,
+    key_nodes: QuerySet[KeyNode] | Iterable[KeyNode],
+    actor: str,
+    on_batch: Callable[[list[CountChange]], None] | None = None,
+) -> int:
     """Halve the counts of `key_nodes` (rounding down): old history weighs less.
 
-    Returns (row, old, new) per changed row; a count of 0 stays 0.
+    Returns how many rows changed (`on_batch` sees them); a count of 0 stays 0.
     """
     return _rescale_key_nodes(
         key_nodes=key_nodes,
         actor=actor,
         reason=CountAdjustment.Reason.HALVED,
         target=lambda old: old // 2,
+        on_batch=on_batch,
     )
 
 
@@ -356,6 +408,19 @@ def _cut_counts(*, cut: Sequence[tuple[str, str, int]], now: datetime) -> None:
                 f"UPDATE {table} SET count = {table}.count + r.c, updated = %s "
                 f"FROM ({rows}) AS r WHERE {table}.key = r.k AND {table}.node = r.n",
                 [stamp, *params],
+            )
+
+
+def _delete_rows(*, rows: Sequence[tuple[str, str, int]]) -> None:
+    """Delete the KeyNode row of each (key, node, _)."""
+    table = KeyNode._meta.db_table
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), BULK_ROWS):
+            selected, params = _rows_table(rows[start : start + BULK_ROWS])
+            cursor.execute(
+                f"DELETE FROM {table} WHERE (key, node) IN "
+                f"(SELECT r.k, r.n FROM ({selected}) AS r)",
+                params,
             )
 
 
