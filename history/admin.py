@@ -406,7 +406,7 @@ class ReadOnlyAdmin(HistoryModelAdmin):
 @admin.register(Placement)
 class PlacementAdmin(NodeColumn, ReadOnlyAdmin):
     list_display = (
-        "name",
+        "pod_name",
         "namespace",
         "label_link",
         "node_name",
@@ -418,6 +418,14 @@ class PlacementAdmin(NodeColumn, ReadOnlyAdmin):
     search_fields = ("pod_uid", "name", "namespace", "label", "node")
     date_hierarchy = "bound_at"
     list_per_page = 100
+
+    @admin.display(description="name", ordering="name")
+    def pod_name(self, obj):
+        # On one line (a name is read and copied whole); one longer than its
+        # column ends in "…" and shows whole on hover.
+        return format_html(
+            '<span class="ks-pod-name" title="{}">{}</span>', obj.name, obj.name
+        )
 
     @admin.display(description="warmth", ordering="warmth")
     def warmth_short(self, obj):

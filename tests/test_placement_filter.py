@@ -70,9 +70,7 @@ def test_admin_placement_filter_matches_keys_case_sensitively(
 
 
 @pytest.mark.parametrize("key", EXPECTED)
-def test_api_placement_filter_matches_keys_case_sensitively(
-    admin_client, ledger, key
-):
+def test_api_placement_filter_matches_keys_case_sensitively(admin_client, ledger, key):
     assert in_api(admin_client, key) == EXPECTED[key]
 
 
