@@ -12,8 +12,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.admin.options import get_content_type_for_model
+from django.contrib.admin.models import CHANGE, DELETION
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
@@ -30,6 +29,7 @@ from history.admin_filters import (
     KindFilter,
     NodeFilter,
 )
+from history.adminlog import key_node_repr, log_key_node_entries
 from history.exceptions import WriteLockTimeoutError
 from history.labels import key_kind, key_label
 from history.models import (
@@ -317,6 +317,22 @@ class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
             counts = {name: total}
         return listed, counts, perms, protected
 
+    def log_deletions(self, request, queryset):
+        # As Django's, without building a model instance per row.
+        rows = (
+            queryset.values_list("pk", "key", "node", "count")
+            if isinstance(queryset, QuerySet)
+            else [(row.pk, row.key, row.node, row.count) for row in queryset]
+        )
+        log_key_node_entries(
+            user_id=request.user.pk,
+            action_flag=DELETION,
+            entries=[
+                (pk, key_node_repr(key=key, node=node, count=count), "")
+                for pk, key, node, count in rows
+            ],
+        )
+
     def delete_queryset(self, request, queryset):
         corrections.delete_key_nodes(
             key_nodes=queryset, actor=request.user.get_username()
@@ -361,23 +377,23 @@ class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
 
     def _bulk_logger(self, request, verb):
         """Writes each changed row's "old → new" to its admin history, a batch of
-        rows per statement (as `log_deletions` does for deletions)."""
-        content_type = get_content_type_for_model(KeyNode).pk
-        user = request.user.pk
+        rows per statement (`adminlog`)."""
 
         def log(changes: list[corrections.CountChange]) -> None:
-            LogEntry.objects.bulk_create(
-                LogEntry(
-                    user_id=user,
-                    content_type_id=content_type,
-                    object_id=str(change.pk),
-                    object_repr=f"{change.key} on {change.node}: {change.new}"[:200],
-                    action_flag=CHANGE,
-                    change_message=(
-                        f"{verb} count from {change.old} to {change.new} (bulk action)."
-                    ),
-                )
-                for change in changes
+            log_key_node_entries(
+                user_id=request.user.pk,
+                action_flag=CHANGE,
+                entries=[
+                    (
+                        change.pk,
+                        key_node_repr(
+                            key=change.key, node=change.node, count=change.new
+                        ),
+                        f"{verb} count from {change.old} to {change.new} "
+                        f"(bulk action).",
+                    )
+                    for change in changes
+                ],
             )
 
         return log

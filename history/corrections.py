@@ -16,13 +16,13 @@ from datetime import datetime
 from itertools import islice
 from typing import NamedTuple, TypeVar
 
-import orjson
 from django.db import connection, transaction
 from django.db.models import F, QuerySet, Subquery
 from django.utils import timezone
 
 from history.ledger import add_counts_on_conflict
 from history.models import MAX_COUNT, CountAdjustment, KeyNode
+from history.sqlrows import rows_table
 
 T = TypeVar("T")
 
@@ -34,20 +34,14 @@ BULK_ROWS = 10_000
 READ_BATCH = 500
 
 
+# (key, node, number) rows as r(k, n, c): see `sqlrows.rows_table`.
+KEY_NODE_NUMBER = (("k", "text"), ("n", "text"), ("c", "bigint"))
+
+
 def _rows_table(rows: Sequence[tuple[str, str, int]]) -> tuple[str, list]:
     """SQL for `rows` of (key, node, number) as a table r(k, n, c), and its
-    parameters: three arrays on PostgreSQL, one JSON list on SQLite."""
-    if connection.vendor == "postgresql":
-        keys, nodes, numbers = zip(*rows, strict=True) if rows else ((), (), ())
-        return (
-            "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS r(k, n, c)",
-            [list(keys), list(nodes), list(numbers)],
-        )
-    return (
-        "SELECT json_extract(value, '$[0]') AS k, json_extract(value, '$[1]') AS n, "
-        "json_extract(value, '$[2]') AS c FROM json_each(%s)",
-        [orjson.dumps(list(rows)).decode()],
-    )
+    parameters (`sqlrows.rows_table`)."""
+    return rows_table(rows, columns=KEY_NODE_NUMBER)
 
 
 def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> None:

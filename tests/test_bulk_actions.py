@@ -11,6 +11,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from pytest_django.asserts import assertContains
 
 from history import corrections
 from history.admin import DELETE_LISTED
@@ -99,6 +100,9 @@ def test_halve_all_rows_of_a_key_is_set_based_audited_and_logged(
     entry = LogEntry.objects.get(object_id=str(row.pk))
     assert entry.get_change_message() == "Halved count from 42 to 21 (bulk action)."
     assert entry.object_repr == f"{KEY} on {NODES[41]}: 21"
+    assert entry.action_time is not None and entry.user.username == "admin"
+    history = admin_client.get(f"/admin/history/keynode/{row.pk}/history/")
+    assertContains(history, "Halved count from 42 to 21 (bulk action).")
     assert LogEntry.objects.count() == len(changed)
     assert audit_counts()[1] == []
     # The cache read before the action follows it, as the plain statement reads it.
@@ -138,6 +142,8 @@ def test_delete_all_rows_of_a_key_lists_a_few_and_deletes_all(admin_client, busy
     )
     assert KeyNode.objects.get(key="maven").count == 7
     assert LogEntry.objects.count() == ROWS
+    gone = LogEntry.objects.get(object_repr=f"{KEY} on {NODES[9]}: 10")
+    assert gone.is_deletion() and gone.user.username == "admin"
     assert audit_counts()[1] == []
     assert seen(cache) == seen(SqlReader()) == {}
 
