@@ -54,22 +54,30 @@ def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> N
     no pod was placed. Pairs must be distinct within `added`.
     """
     table = KeyNode._meta.db_table
-    at = now.timestamp()
     # Stored as the ORM stores it (SQLite: naive UTC text).
     stamp = connection.ops.adapt_datetimefield_value(now)
     update = add_counts_on_conflict(placed=False)
+    # `WHERE true`: SQLite needs it to read ON CONFLICT after a SELECT.
+    _write_batches(
+        sql=f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
+        f"created, updated) "
+        f"SELECT r.k, r.n, r.c, CAST(r.c AS DOUBLE PRECISION), "
+        f"CAST(%s AS DOUBLE PRECISION), %s, %s FROM ({{rows}}) AS r "
+        f"WHERE true {update}",
+        params=[now.timestamp(), stamp, stamp],
+        rows=added,
+    )
+
+
+def _write_batches(
+    *, sql: str, params: list, rows: Sequence[tuple[str, str, int]]
+) -> None:
+    """Run `sql` once per BULK_ROWS of `rows`, with the batch as the table
+    r(k, n, c) in place of its `{rows}` (`_rows_table`), after `params`."""
     with connection.cursor() as cursor:
-        for start in range(0, len(added), BULK_ROWS):
-            rows, params = _rows_table(added[start : start + BULK_ROWS])
-            # `WHERE true`: SQLite needs it to read ON CONFLICT after a SELECT.
-            cursor.execute(
-                f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
-                f"created, updated) "
-                f"SELECT r.k, r.n, r.c, CAST(r.c AS DOUBLE PRECISION), "
-                f"CAST(%s AS DOUBLE PRECISION), %s, %s FROM ({rows}) AS r "
-                f"WHERE true {update}",
-                [at, stamp, stamp, *params],
-            )
+        for start in range(0, len(rows), BULK_ROWS):
+            batch, batch_params = _rows_table(rows[start : start + BULK_ROWS])
+            cursor.execute(sql.replace("{rows}", batch), [*params, *batch_params])
 
 
 def check_count(count: int) -> None:
@@ -394,28 +402,22 @@ def _current_counts(*, keys: set[str], lock: bool = True) -> dict[tuple[str, str
 def _cut_counts(*, cut: Sequence[tuple[str, str, int]], now: datetime) -> None:
     """Add each negative delta to its row's count; the stored weight is kept."""
     table = KeyNode._meta.db_table
-    stamp = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cursor:
-        for start in range(0, len(cut), BULK_ROWS):
-            rows, params = _rows_table(cut[start : start + BULK_ROWS])
-            cursor.execute(
-                f"UPDATE {table} SET count = {table}.count + r.c, updated = %s "
-                f"FROM ({rows}) AS r WHERE {table}.key = r.k AND {table}.node = r.n",
-                [stamp, *params],
-            )
+    _write_batches(
+        sql=f"UPDATE {table} SET count = {table}.count + r.c, updated = %s "
+        f"FROM ({{rows}}) AS r WHERE {table}.key = r.k AND {table}.node = r.n",
+        params=[connection.ops.adapt_datetimefield_value(now)],
+        rows=cut,
+    )
 
 
 def _delete_rows(*, rows: Sequence[tuple[str, str, int]]) -> None:
     """Delete the KeyNode row of each (key, node, _)."""
-    table = KeyNode._meta.db_table
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), BULK_ROWS):
-            selected, params = _rows_table(rows[start : start + BULK_ROWS])
-            cursor.execute(
-                f"DELETE FROM {table} WHERE (key, node) IN "
-                f"(SELECT r.k, r.n FROM ({selected}) AS r)",
-                params,
-            )
+    _write_batches(
+        sql=f"DELETE FROM {KeyNode._meta.db_table} WHERE (key, node) IN "
+        f"(SELECT r.k, r.n FROM ({{rows}}) AS r)",
+        params=[],
+        rows=rows,
+    )
 
 
 def _record_adjustments(
@@ -427,13 +429,11 @@ def _record_adjustments(
 ) -> None:
     """Insert one adjustment per (key, node, delta), many rows per statement (the
     ORM's bulk_create spends most of a large import preparing values)."""
-    table = CountAdjustment._meta.db_table
     stamp = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cursor:
-        for start in range(0, len(deltas), BULK_ROWS):
-            rows, params = _rows_table(deltas[start : start + BULK_ROWS])
-            cursor.execute(
-                f"INSERT INTO {table} (key, node, delta, reason, actor, created) "
-                f"SELECT r.k, r.n, r.c, %s, %s, %s FROM ({rows}) AS r",
-                [reason, actor, stamp, *params],
-            )
+    _write_batches(
+        sql=f"INSERT INTO {CountAdjustment._meta.db_table} "
+        f"(key, node, delta, reason, actor, created) "
+        f"SELECT r.k, r.n, r.c, %s, %s, %s FROM ({{rows}}) AS r",
+        params=[reason, actor, stamp],
+        rows=deltas,
+    )

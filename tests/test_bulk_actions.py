@@ -8,7 +8,6 @@ stores follow the change (the timing is measured by tools/bench/bulk_actions.py)
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from pytest_django.asserts import assertContains
@@ -30,13 +29,6 @@ NODES = [f"node-{i:04d}" for i in range(ROWS)]
 # Statements one action may run for the whole selection, whatever its size: the
 # admin's own (session, user, filters, counts) and a few per BULK_ROWS rows.
 MAX_STATEMENTS = 40
-
-
-@pytest.fixture
-def admin_client(client):
-    admin = User.objects.create_superuser("admin", "admin@example.com", None)
-    client.force_login(admin)
-    return client
 
 
 @pytest.fixture

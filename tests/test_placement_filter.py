@@ -2,7 +2,6 @@
 placements that count under the key, case-sensitively on both databases."""
 
 import pytest
-from django.contrib.auth.models import User
 
 from history.models import KeyNode, Placement
 from tests.helpers import place
@@ -25,13 +24,6 @@ LABELS = {
 def ledger():
     for uid, label in LABELS.items():
         place(uid, label, "node-1")
-
-
-@pytest.fixture
-def admin_client(client):
-    admin = User.objects.create_superuser("admin", "admin@example.com", None)
-    client.force_login(admin)
-    return client
 
 
 def in_admin(client, key):
