@@ -149,3 +149,16 @@ def test_bulk_corrections_of_rows_given_one_by_one_are_set_based(busy_key):
     assert deleted == 100
     assert len(queries) <= 12
     assert audit_counts()[1] == []
+
+
+def test_deleting_one_row_from_its_page_is_recorded_and_logged(admin_client, busy_key):
+    row = KeyNode.objects.get(key=KEY, node=NODES[4])
+    url = f"/admin/history/keynode/{row.pk}/delete/"
+    assertContains(admin_client.get(url), f"{KEY} on {NODES[4]}: 5")
+    response = admin_client.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert not KeyNode.objects.filter(pk=row.pk).exists()
+    assert CountAdjustment.objects.get(reason="deleted").delta == -5
+    entry = LogEntry.objects.get(object_id=str(row.pk))
+    assert entry.is_deletion() and entry.object_repr == f"{KEY} on {NODES[4]}: 5"
+    assert audit_counts()[1] == []
