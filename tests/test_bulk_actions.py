@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from pytest_django.asserts import assertContains
 
 from history import corrections
-from history.admin import DELETE_LISTED
+from history.admin_corrections import DELETE_LISTED
 from history.audit import audit_counts
 from history.models import CountAdjustment, KeyNode
 from history.reader.postgres_cache import PostgresCacheReader
