@@ -62,21 +62,24 @@ class KeyNodeCorrections(admin.ModelAdmin):
 
     @admin.action(description="Reset selected counts to zero", permissions=["change"])
     def reset_counts(self, request, queryset):
-        changed = corrections.reset_key_nodes(
-            key_nodes=queryset,
-            actor=request.user.get_username(),
-            on_batch=self._bulk_logger(request, "Reset"),
-        )
-        self._report_bulk(request, changed, "Reset")
+        self._correct(request, queryset, corrections.reset_key_nodes, "Reset")
 
     @admin.action(description="Halve selected counts", permissions=["change"])
     def halve_counts(self, request, queryset):
-        changed = corrections.halve_key_nodes(
+        self._correct(request, queryset, corrections.halve_key_nodes, "Halved")
+
+    def _correct(self, request, queryset, correction, verb: str) -> None:
+        """Apply a bulk `correction` to the selection, log it, say how many changed."""
+        changed = correction(
             key_nodes=queryset,
             actor=request.user.get_username(),
-            on_batch=self._bulk_logger(request, "Halved"),
+            on_batch=self._bulk_logger(request, verb),
         )
-        self._report_bulk(request, changed, "Halved")
+        self.message_user(
+            request,
+            f"{verb} {changed} count(s); rows already at the target were skipped.",
+            messages.SUCCESS,
+        )
 
     def _bulk_logger(self, request, verb):
         """Writes each changed row's "old → new" to its admin history, a batch of
@@ -100,10 +103,3 @@ class KeyNodeCorrections(admin.ModelAdmin):
             )
 
         return log
-
-    def _report_bulk(self, request, changed: int, verb: str) -> None:
-        self.message_user(
-            request,
-            f"{verb} {changed} count(s); rows already at the target were skipped.",
-            messages.SUCCESS,
-        )
