@@ -11,7 +11,7 @@ import logging
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -20,6 +20,7 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
 from history import corrections
+from history.admin_corrections import KeyNodeCorrections
 from history.admin_filters import (
     ActiveFilter,
     CountFilter,
@@ -197,7 +198,7 @@ class NodeColumn:
 
 
 @admin.register(KeyNode)
-class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
+class KeyNodeAdmin(KeyNodeCorrections, NodeColumn, HistoryModelAdmin):
     list_display = (
         "key",
         "node_name",
@@ -295,14 +296,6 @@ class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
             return f"Changed count from {old} to {new}."
         return super().construct_change_message(request, form, formsets, add)
 
-    def delete_model(self, request, obj):
-        corrections.delete_key_nodes(key_nodes=[obj], actor=request.user.get_username())
-
-    def delete_queryset(self, request, queryset):
-        corrections.delete_key_nodes(
-            key_nodes=list(queryset), actor=request.user.get_username()
-        )
-
     @admin.action(description="Export selected rows as CSV", permissions=["view"])
     def export_csv(self, request, queryset):
         stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
@@ -322,31 +315,6 @@ class KeyNodeAdmin(NodeColumn, HistoryModelAdmin):
             )
         return response
 
-    @admin.action(description="Reset selected counts to zero", permissions=["change"])
-    def reset_counts(self, request, queryset):
-        changed = corrections.reset_key_nodes(
-            key_nodes=list(queryset), actor=request.user.get_username()
-        )
-        self._log_bulk(request, changed, "Reset")
-
-    @admin.action(description="Halve selected counts", permissions=["change"])
-    def halve_counts(self, request, queryset):
-        changed = corrections.halve_key_nodes(
-            key_nodes=list(queryset), actor=request.user.get_username()
-        )
-        self._log_bulk(request, changed, "Halved")
-
-    def _log_bulk(self, request, changed, verb):
-        for row, old, new in changed:
-            self.log_change(
-                request, row, f"{verb} count from {old} to {new} (bulk action)."
-            )
-        self.message_user(
-            request,
-            f"{verb} {len(changed)} count(s); rows already at the target were skipped.",
-            messages.SUCCESS,
-        )
-
 
 class ReadOnlyAdmin(HistoryModelAdmin):
     """Facts recorded by the watcher or by edits: browsable, never editable."""
@@ -364,7 +332,7 @@ class ReadOnlyAdmin(HistoryModelAdmin):
 @admin.register(Placement)
 class PlacementAdmin(NodeColumn, ReadOnlyAdmin):
     list_display = (
-        "name",
+        "pod_name",
         "namespace",
         "label_link",
         "node_name",
@@ -376,6 +344,14 @@ class PlacementAdmin(NodeColumn, ReadOnlyAdmin):
     search_fields = ("pod_uid", "name", "namespace", "label", "node")
     date_hierarchy = "bound_at"
     list_per_page = 100
+
+    @admin.display(description="name", ordering="name")
+    def pod_name(self, obj):
+        # On one line (a name is read and copied whole); one longer than its
+        # column ends in "…" and shows whole on hover.
+        return format_html(
+            '<span class="ks-pod-name" title="{}">{}</span>', obj.name, obj.name
+        )
 
     @admin.display(description="warmth", ordering="warmth")
     def warmth_short(self, obj):

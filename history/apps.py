@@ -9,10 +9,14 @@ class HistoryConfig(AppConfig):
 
     def ready(self):
         # Imported here: models can only be imported once the registry is ready.
-        from history import checks  # noqa: F401  (registers the system checks)
+        from history import (
+            checks,  # noqa: F401  (registers the system checks)
+            lookups,
+        )
         from history.importing import after_migrate
         from history.reader import after_request
 
+        lookups.register()
         # The Go ks-scheduler's table, found in this very database, is imported
         # once after `migrate` (the init container runs it at every start).
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="history-import")

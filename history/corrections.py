@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from itertools import islice
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
-import orjson
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet, Subquery
 from django.utils import timezone
 
 from history.ledger import add_counts_on_conflict
 from history.models import MAX_COUNT, CountAdjustment, KeyNode
+from history.sqlrows import rows_table
 
 T = TypeVar("T")
 
@@ -34,20 +34,14 @@ BULK_ROWS = 10_000
 READ_BATCH = 500
 
 
+# (key, node, number) rows as r(k, n, c): see `sqlrows.rows_table`.
+KEY_NODE_NUMBER = (("k", "text"), ("n", "text"), ("c", "bigint"))
+
+
 def _rows_table(rows: Sequence[tuple[str, str, int]]) -> tuple[str, list]:
     """SQL for `rows` of (key, node, number) as a table r(k, n, c), and its
-    parameters: three arrays on PostgreSQL, one JSON list on SQLite."""
-    if connection.vendor == "postgresql":
-        keys, nodes, numbers = zip(*rows, strict=True) if rows else ((), (), ())
-        return (
-            "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS r(k, n, c)",
-            [list(keys), list(nodes), list(numbers)],
-        )
-    return (
-        "SELECT json_extract(value, '$[0]') AS k, json_extract(value, '$[1]') AS n, "
-        "json_extract(value, '$[2]') AS c FROM json_each(%s)",
-        [orjson.dumps(list(rows)).decode()],
-    )
+    parameters (`sqlrows.rows_table`)."""
+    return rows_table(rows, columns=KEY_NODE_NUMBER)
 
 
 def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> None:
@@ -60,22 +54,30 @@ def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> N
     no pod was placed. Pairs must be distinct within `added`.
     """
     table = KeyNode._meta.db_table
-    at = now.timestamp()
     # Stored as the ORM stores it (SQLite: naive UTC text).
     stamp = connection.ops.adapt_datetimefield_value(now)
     update = add_counts_on_conflict(placed=False)
+    # `WHERE true`: SQLite needs it to read ON CONFLICT after a SELECT.
+    _write_batches(
+        sql=f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
+        f"created, updated) "
+        f"SELECT r.k, r.n, r.c, CAST(r.c AS DOUBLE PRECISION), "
+        f"CAST(%s AS DOUBLE PRECISION), %s, %s FROM ({{rows}}) AS r "
+        f"WHERE true {update}",
+        params=[now.timestamp(), stamp, stamp],
+        rows=added,
+    )
+
+
+def _write_batches(
+    *, sql: str, params: list, rows: Sequence[tuple[str, str, int]]
+) -> None:
+    """Run `sql` once per BULK_ROWS of `rows`, with the batch as the table
+    r(k, n, c) in place of its `{rows}` (`_rows_table`), after `params`."""
     with connection.cursor() as cursor:
-        for start in range(0, len(added), BULK_ROWS):
-            rows, params = _rows_table(added[start : start + BULK_ROWS])
-            # `WHERE true`: SQLite needs it to read ON CONFLICT after a SELECT.
-            cursor.execute(
-                f"INSERT INTO {table} (key, node, count, decayed_weight, decayed_at, "
-                f"created, updated) "
-                f"SELECT r.k, r.n, r.c, CAST(r.c AS DOUBLE PRECISION), "
-                f"CAST(%s AS DOUBLE PRECISION), %s, %s FROM ({rows}) AS r "
-                f"WHERE true {update}",
-                [at, stamp, stamp, *params],
-            )
+        for start in range(0, len(rows), BULK_ROWS):
+            batch, batch_params = _rows_table(rows[start : start + BULK_ROWS])
+            cursor.execute(sql.replace("{rows}", batch), [*params, *batch_params])
 
 
 def check_count(count: int) -> None:
@@ -154,98 +156,150 @@ def create_key_node(
     return key_node
 
 
-def delete_key_nodes(*, key_nodes: Iterable[KeyNode], actor: str) -> int:
+class CountChange(NamedTuple):
+    """One KeyNode row whose count a bulk correction changed."""
+
+    pk: int
+    key: str
+    node: str
+    old: int
+    new: int
+
+
+# (pk, key, node, count) of a selected KeyNode row.
+SelectedRow = tuple[int, str, str, int]
+
+
+def _locked_selection(
+    key_nodes: QuerySet[KeyNode] | Iterable[KeyNode],
+) -> Iterator[list[SelectedRow]]:
+    """The rows of `key_nodes` that still exist, as stored now, BULK_ROWS at a time
+    in primary-key order: one query per batch, whatever the selection's size.
+
+    A QuerySet (the admin's selection, "select all" included) is read as a
+    subquery; rows given one by one are looked up by primary key. Each batch is
+    locked (PostgreSQL) and SQLite's IMMEDIATE transaction holds the write lock, so
+    the counts read stay current until the caller's transaction ends.
+    """
+    locked = KeyNode.objects.select_for_update().order_by("pk")
+    fields = ("pk", "key", "node", "count")
+    if isinstance(key_nodes, QuerySet):
+        # A sliced selection keeps its order: it decides which rows the slice holds.
+        ids = key_nodes if key_nodes.query.is_sliced else key_nodes.order_by()
+        selected = locked.filter(pk__in=Subquery(ids.values("pk")))
+        after = 0
+        while batch := list(
+            selected.filter(pk__gt=after).values_list(*fields)[:BULK_ROWS]
+        ):
+            yield batch
+            after = batch[-1][0]
+        return
+    pks = sorted({row.pk for row in key_nodes})
+    for start in range(0, len(pks), BULK_ROWS):
+        yield [
+            row
+            for chunk in _batches(pks[start : start + BULK_ROWS], READ_BATCH)
+            for row in locked.filter(pk__in=chunk).values_list(*fields)
+        ]
+
+
+def delete_key_nodes(
+    *, key_nodes: QuerySet[KeyNode] | Iterable[KeyNode], actor: str
+) -> int:
     """Delete KeyNode rows by hand, recording the removed counts as adjustments.
 
-    Returns the number of rows deleted.
+    Set-based: per BULK_ROWS rows, one read, one DELETE and one INSERT of the
+    adjustments. Returns the number of rows deleted.
     """
+    now = timezone.now()
     deleted = 0
     with transaction.atomic():
-        for key_node in key_nodes:
-            count = (
-                KeyNode.objects.filter(pk=key_node.pk)
-                .values_list("count", flat=True)
-                .first()
+        for batch in _locked_selection(key_nodes):
+            rows = [(key, node, count) for _, key, node, count in batch]
+            _delete_rows(rows=rows)
+            _record_adjustments(
+                deltas=[(key, node, -count) for key, node, count in rows if count],
+                actor=actor,
+                reason=CountAdjustment.Reason.DELETED,
+                now=now,
             )
-            if count is None:
-                continue
-            KeyNode.objects.filter(pk=key_node.pk).delete()
-            if count:
-                CountAdjustment.objects.create(
-                    key=key_node.key,
-                    node=key_node.node,
-                    delta=-count,
-                    reason=CountAdjustment.Reason.DELETED,
-                    actor=actor,
-                )
-            deleted += 1
+            deleted += len(rows)
     return deleted
 
 
 def _rescale_key_nodes(
-    *, key_nodes: Iterable[KeyNode], actor: str, reason: str, target
-) -> list[tuple[KeyNode, int, int]]:
+    *,
+    key_nodes: QuerySet[KeyNode] | Iterable[KeyNode],
+    actor: str,
+    reason: str,
+    target: Callable[[int], int],
+    on_batch: Callable[[list[CountChange]], None] | None,
+) -> int:
     """Set each row's count to `target(old)`, recording the deltas as adjustments.
 
-    Returns (row, old, new) for each row whose count changed. The row is locked
-    (PostgreSQL) or the write lock is held (SQLite IMMEDIATE) between the read and
-    the relative update, so a concurrent placement is never lost.
+    Set-based: per BULK_ROWS rows, one locked read, one relative UPDATE and one
+    INSERT of the adjustments (the PostgreSQL change log's triggers and the SQLite
+    cache, which follows the adjustments, see every row). `on_batch` is given the
+    rows of each batch whose count changed (rows already at their target are
+    skipped). Returns how many rows changed.
     """
-    changed = []
+    now = timezone.now()
+    changed = 0
     with transaction.atomic():
-        for key_node in key_nodes:
-            old = (
-                KeyNode.objects.select_for_update()
-                .filter(pk=key_node.pk)
-                .values_list("count", flat=True)
-                .first()
-            )
-            if old is None:
-                continue
-            new = target(old)
-            if not 0 <= new <= old:
-                raise ValueError(
-                    f"a bulk action may only lower a count ({old} -> {new})"
-                )
-            if new == old:
-                continue
-            KeyNode.objects.filter(pk=key_node.pk).update(count=F("count") + new - old)
-            CountAdjustment.objects.create(
-                key=key_node.key,
-                node=key_node.node,
-                delta=new - old,
-                reason=reason,
-                actor=actor,
-            )
-            key_node.count = new
-            changed.append((key_node, old, new))
+        for batch in _locked_selection(key_nodes):
+            changes = [
+                CountChange(pk, key, node, old, target(old))
+                for pk, key, node, old in batch
+                if target(old) != old
+            ]
+            for change in changes:
+                if not 0 <= change.new <= change.old:
+                    raise ValueError(
+                        f"a bulk action may only lower a count "
+                        f"({change.old} -> {change.new})"
+                    )
+            deltas = [(c.key, c.node, c.new - c.old) for c in changes]
+            _cut_counts(cut=deltas, now=now)
+            _record_adjustments(deltas=deltas, actor=actor, reason=reason, now=now)
+            if on_batch is not None and changes:
+                on_batch(changes)
+            changed += len(changes)
     return changed
 
 
 def reset_key_nodes(
-    *, key_nodes: Iterable[KeyNode], actor: str
-) -> list[tuple[KeyNode, int, int]]:
-    """Set the counts of `key_nodes` to zero; returns (row, old, 0) per changed row."""
+    *,
+    key_nodes: QuerySet[KeyNode] | Iterable[KeyNode],
+    actor: str,
+    on_batch: Callable[[list[CountChange]], None] | None = None,
+) -> int:
+    """Set the counts of `key_nodes` to zero; returns how many rows changed
+    (`on_batch` sees them, see `_rescale_key_nodes`)."""
     return _rescale_key_nodes(
         key_nodes=key_nodes,
         actor=actor,
         reason=CountAdjustment.Reason.RESET,
         target=lambda old: 0,
+        on_batch=on_batch,
     )
 
 
 def halve_key_nodes(
-    *, key_nodes: Iterable[KeyNode], actor: str
-) -> list[tuple[KeyNode, int, int]]:
+    *,
+    key_nodes: QuerySet[KeyNode] | Iterable[KeyNode],
+    actor: str,
+    on_batch: Callable[[list[CountChange]], None] | None = None,
+) -> int:
     """Halve the counts of `key_nodes` (rounding down): old history weighs less.
 
-    Returns (row, old, new) per changed row; a count of 0 stays 0.
+    Returns how many rows changed (`on_batch` sees them); a count of 0 stays 0.
     """
     return _rescale_key_nodes(
         key_nodes=key_nodes,
         actor=actor,
         reason=CountAdjustment.Reason.HALVED,
         target=lambda old: old // 2,
+        on_batch=on_batch,
     )
 
 
@@ -348,15 +402,22 @@ def _current_counts(*, keys: set[str], lock: bool = True) -> dict[tuple[str, str
 def _cut_counts(*, cut: Sequence[tuple[str, str, int]], now: datetime) -> None:
     """Add each negative delta to its row's count; the stored weight is kept."""
     table = KeyNode._meta.db_table
-    stamp = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cursor:
-        for start in range(0, len(cut), BULK_ROWS):
-            rows, params = _rows_table(cut[start : start + BULK_ROWS])
-            cursor.execute(
-                f"UPDATE {table} SET count = {table}.count + r.c, updated = %s "
-                f"FROM ({rows}) AS r WHERE {table}.key = r.k AND {table}.node = r.n",
-                [stamp, *params],
-            )
+    _write_batches(
+        sql=f"UPDATE {table} SET count = {table}.count + r.c, updated = %s "
+        f"FROM ({{rows}}) AS r WHERE {table}.key = r.k AND {table}.node = r.n",
+        params=[connection.ops.adapt_datetimefield_value(now)],
+        rows=cut,
+    )
+
+
+def _delete_rows(*, rows: Sequence[tuple[str, str, int]]) -> None:
+    """Delete the KeyNode row of each (key, node, _)."""
+    _write_batches(
+        sql=f"DELETE FROM {KeyNode._meta.db_table} WHERE (key, node) IN "
+        f"(SELECT r.k, r.n FROM ({{rows}}) AS r)",
+        params=[],
+        rows=rows,
+    )
 
 
 def _record_adjustments(
@@ -368,13 +429,11 @@ def _record_adjustments(
 ) -> None:
     """Insert one adjustment per (key, node, delta), many rows per statement (the
     ORM's bulk_create spends most of a large import preparing values)."""
-    table = CountAdjustment._meta.db_table
     stamp = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cursor:
-        for start in range(0, len(deltas), BULK_ROWS):
-            rows, params = _rows_table(deltas[start : start + BULK_ROWS])
-            cursor.execute(
-                f"INSERT INTO {table} (key, node, delta, reason, actor, created) "
-                f"SELECT r.k, r.n, r.c, %s, %s, %s FROM ({rows}) AS r",
-                [reason, actor, stamp, *params],
-            )
+    _write_batches(
+        sql=f"INSERT INTO {CountAdjustment._meta.db_table} "
+        f"(key, node, delta, reason, actor, created) "
+        f"SELECT r.k, r.n, r.c, %s, %s, %s FROM ({{rows}}) AS r",
+        params=[reason, actor, stamp],
+        rows=deltas,
+    )

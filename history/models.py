@@ -127,7 +127,12 @@ class KeyNode(models.Model):
         indexes = [models.Index(fields=["node"], name="keynode_node_idx")]
 
     def __str__(self):
-        return f"{self.key} on {self.node}: {self.count}"
+        return self.describe(key=self.key, node=self.node, count=self.count)
+
+    @staticmethod
+    def describe(*, key: str, node: str, count: int) -> str:
+        """How a row is named (the admin history too), without building one."""
+        return f"{key} on {node}: {count}"
 
 
 class Placement(models.Model):

@@ -22,8 +22,8 @@ def placements_with_key(*, key: str):
     A QuerySet of Placement. A segment matches as a whole segment: `java` matches
     `jenkins-java-maven` but not `javascript`. A prefix `jenkins-java-*` matches
     `jenkins-java` and the labels under it; a pipeline `jenkins-java$` matches
-    that label only. (A label written with empty segments, `jenkins--java`, counts
-    under `jenkins-java$` but is not matched here: the match is on the stored text.)
+    that label only. Every match is case-sensitive on both databases, as the keys
+    are (`history.lookups`): `team-build-*` does not match `Team-Build-app`.
     """
     kind = key_kind(key)
     if kind != "segment":
@@ -31,13 +31,13 @@ def placements_with_key(*, key: str):
         if kind == "pipeline":
             return Placement.objects.filter(label=label)
         return Placement.objects.filter(
-            Q(label=label) | Q(label__startswith=f"{label}-")
+            Q(label=label) | Q(label__cs_startswith=f"{label}-")
         )
     return Placement.objects.filter(
         Q(label=key)
-        | Q(label__startswith=f"{key}-")
-        | Q(label__endswith=f"-{key}")
-        | Q(label__contains=f"-{key}-")
+        | Q(label__cs_startswith=f"{key}-")
+        | Q(label__cs_endswith=f"-{key}")
+        | Q(label__cs_contains=f"-{key}-")
     )
 
 
@@ -46,12 +46,14 @@ def placements_of_pipeline(*, value: str):
 
     One segment is a key and matches as a whole segment (`placements_with_key`);
     a longer value matches its own label and its children (`jenkins-java` matches
-    `jenkins-java-maven-app`). A QuerySet of Placement.
+    `jenkins-java-maven-app`, not `Jenkins-Java-app`). A QuerySet of Placement.
     """
     keys = split_pipeline_label(value)
     if len(keys) == 1:
         return placements_with_key(key=keys[0])
-    return Placement.objects.filter(Q(label=value) | Q(label__startswith=f"{value}-"))
+    return Placement.objects.filter(
+        Q(label=value) | Q(label__cs_startswith=f"{value}-")
+    )
 
 
 def keys_of_kind(kind: str) -> Q:

@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import TemplateView
 
 from extender.admin_views import pipeline_view
 from kssched import health, metrics
@@ -17,6 +18,8 @@ admin.site.enable_nav_sidebar = False
 admin.site.login_form = AdminLoginForm
 
 urlpatterns = [
+    # A newcomer's first stop: what this port serves, with links (no login, no query).
+    path("", TemplateView.as_view(template_name="home.html"), name="home"),
     path("", include("extender.urls")),
     # Inside the admin (login and staff required); before admin/ so its catch-all
     # does not answer first.

@@ -43,6 +43,17 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture
+def admin_client(client):
+    """A client logged in as the superuser `admin` (the login form itself is tested
+    in test_admin.py; the rest skip password hashing)."""
+    from django.contrib.auth.models import User
+
+    admin = User.objects.create_superuser("admin", "admin@example.com", None)
+    client.force_login(admin)
+    return client
+
+
+@pytest.fixture
 def warm():
     """The `warm` strategy, an empty webhook steering memory and no cached pipeline
     pool (both live per process)."""

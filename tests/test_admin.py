@@ -36,14 +36,6 @@ from tests.helpers import log_in, place
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def admin_client(client):
-    # The login form itself is tested once below; the rest skip password hashing.
-    admin = User.objects.create_superuser("admin", "admin@example.com", None)
-    client.force_login(admin)
-    return client
-
-
 def test_admin_requires_login(client):
     response = client.get("/admin/history/keynode/")
     assert response.status_code == 302

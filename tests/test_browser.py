@@ -651,3 +651,55 @@ def test_no_admin_page_scrolls_sideways(
         assert problems == {}, "\n".join(f"{k}: {v}" for k, v in problems.items())
     finally:
         context.close()
+
+
+# A segment as long as a label value allows, with no hyphen to wrap at.
+LONG_SEGMENT = "com.example.payments.gateway.integrationtests.nightly.eu1"
+
+
+def test_index_fits_1280_and_names_what_the_node_totals_are(
+    page, live_server, superuser, cluster_history, long_names
+):
+    record_placement(
+        pod_uid="uid-segment",
+        namespace="ci",
+        name="nightly-1",
+        label=f"jenkins-{LONG_SEGMENT}",
+        node=f"{LONG_SEGMENT}.node",
+    )
+    KeyNode.objects.filter(key=LONG_SEGMENT).update(count=500)
+    login(page, live_server, "admin")
+    assert page.locator("#ks-busiest-keys", has_text=LONG_SEGMENT).count() == 1
+    width = page.evaluate(
+        "() => [document.documentElement.scrollWidth, "
+        "document.documentElement.clientWidth]"
+    )
+    assert width[0] <= width[1], width
+    headers = page.locator("#ks-busiest-nodes thead th").all_text_contents()
+    assert headers[1] == "Key counts (all keys)"
+    note = page.locator("#ks-busiest-nodes .ks-note").inner_text()
+    assert "Each placement counts once under every key of its label" in note
+
+
+def test_placement_list_keeps_a_long_pod_name_on_one_line(
+    page, live_server, superuser, cluster_history, long_names
+):
+    login(page, live_server, "admin", "/admin/history/placement/")
+    name = f"{LONG_LABEL}-build-4711-x7k2p"
+    cell = page.locator("#result_list tbody tr", has_text="x7k2p").locator(
+        ".field-pod_name"
+    )
+    # One line: the name's box is one line high, and the whole name is its title.
+    height, line = cell.evaluate(
+        "el => { const range = document.createRange(); range.selectNodeContents(el);"
+        " const lines = new Set([...range.getClientRects()].filter(r => r.width > 0)"
+        ".map(r => Math.round(r.top)));"
+        " return [lines.size, parseFloat(getComputedStyle(el).lineHeight)]; }"
+    )
+    assert height == 1 and line > 0
+    assert cell.locator(".ks-pod-name").get_attribute("title") == name
+    width = page.evaluate(
+        "() => [document.documentElement.scrollWidth, "
+        "document.documentElement.clientWidth]"
+    )
+    assert width[0] <= width[1], width

@@ -3,7 +3,6 @@
 from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
-from django.contrib.auth.models import User
 from django.http import QueryDict
 
 from history.validation import is_instant_in_range, out_of_range_parameter
@@ -12,13 +11,6 @@ pytestmark = pytest.mark.django_db
 
 FIRST = "0001-01-01T00:00:00%2B00:01"
 LAST = "9999-12-31T23:59:59-01:00"
-
-
-@pytest.fixture
-def admin_client(client):
-    admin = User.objects.create_superuser("admin", "admin@example.com", None)
-    client.force_login(admin)
-    return client
 
 
 @pytest.mark.parametrize(

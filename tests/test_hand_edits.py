@@ -4,7 +4,6 @@ uses, and KeyNode keys are label segments or steps of a label's path."""
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
@@ -23,13 +22,6 @@ DAY = timedelta(days=1)
 @pytest.fixture(autouse=True)
 def half_life_of_a_week(settings):
     settings.KSSCHED_HALF_LIFE_DAYS = 7
-
-
-@pytest.fixture
-def admin_client(client):
-    admin = User.objects.create_superuser("admin", "admin@example.com", None)
-    client.force_login(admin)
-    return client
 
 
 def stored(key, node):

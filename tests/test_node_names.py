@@ -6,7 +6,6 @@ import io
 
 import orjson
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from history.models import KeyNode, NodePolicy
@@ -17,13 +16,6 @@ pytestmark = pytest.mark.django_db
 
 BAD_NAMES = ["Worker_7", "Pinned.Node-UPPER", "node-", "-node", "a..b", "n" * 254]
 GOOD_NAMES = ["worker-7", "ip-10-0-1-7.ec2.internal", "n" * 253, "7"]
-
-
-@pytest.fixture
-def admin_client(client):
-    admin = User.objects.create_superuser("admin", "admin@example.com", None)
-    client.force_login(admin)
-    return client
 
 
 def test_the_rule_is_kubernetes_dns_subdomain():
