@@ -6,6 +6,9 @@ In a checkout, `make run` writes a `.env` beside this file (secret key, data und
 `.venv/bin/python manage.py …` needs no other environment. Real environment
 variables still win, and KSSCHED_READ_DOT_ENV=0 turns the file off. The image has
 no `.env`.
+
+Every variable is parsed before the command runs (kssched.variables): a bad value
+stops it with one line naming the variable, its value and what is allowed.
 """
 
 import os
@@ -19,7 +22,14 @@ def main():
         os.environ.setdefault("KSSCHED_READ_DOT_ENV", "1")
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    from kssched import variables
+
+    variables.check()
+    try:
+        execute_from_command_line(sys.argv)
+    except variables.SettingError as exc:
+        # Raised by kssched/settings.py for a rule check() cannot see (DATA_PATH).
+        sys.exit(variables.PREFIX + str(exc))
 
 
 if __name__ == "__main__":
