@@ -20,8 +20,15 @@ def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kssched.settings")
     if (Path(__file__).resolve().parent / ".env").is_file():
         os.environ.setdefault("KSSCHED_READ_DOT_ENV", "1")
-    from django.core.management import execute_from_command_line
-
+    try:
+        from django.core.management import execute_from_command_line
+    except ModuleNotFoundError as exc:
+        if exc.name != "django":
+            raise
+        sys.exit(
+            f"ks-scheduler: Django is not installed for {sys.executable}: run "
+            "`make run`, or use .venv/bin/python manage.py ..."
+        )
     from kssched import variables
 
     variables.check()
