@@ -285,12 +285,15 @@ def _secret_key(parsed: dict[str, Any], values: Mapping[str, str]) -> None:
 
 
 def _watch_timeouts(parsed: dict[str, Any], values: Mapping[str, str]) -> None:
-    if parsed["KSSCHED_WATCH_TIMEOUT_MAX"] <= parsed["KSSCHED_WATCH_TIMEOUT_MIN"]:
+    shortest, longest = (
+        parsed["KSSCHED_WATCH_TIMEOUT_MIN"],
+        parsed["KSSCHED_WATCH_TIMEOUT_MAX"],
+    )
+    if longest <= shortest:
         raise SettingError(
             "KSSCHED_WATCH_TIMEOUT_MAX",
-            values.get("KSSCHED_WATCH_TIMEOUT_MAX", "600"),
-            "a whole number of seconds above KSSCHED_WATCH_TIMEOUT_MIN "
-            f"({parsed['KSSCHED_WATCH_TIMEOUT_MIN']})",
+            str(longest),
+            f"a whole number of seconds above KSSCHED_WATCH_TIMEOUT_MIN ({shortest})",
         )
 
 
