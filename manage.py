@@ -11,6 +11,7 @@ Every variable is parsed before the command runs (kssched.variables): a bad valu
 stops it with one line naming the variable, its value and what is allowed.
 """
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -20,18 +21,17 @@ def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kssched.settings")
     if (Path(__file__).resolve().parent / ".env").is_file():
         os.environ.setdefault("KSSCHED_READ_DOT_ENV", "1")
-    try:
-        from django.core.management import execute_from_command_line
-    except ModuleNotFoundError as exc:
-        if exc.name != "django":
-            raise
+    if importlib.util.find_spec("django") is None:
         sys.exit(
             f"ks-scheduler: Django is not installed for {sys.executable}: run "
             "`make run`, or use .venv/bin/python manage.py ..."
         )
+    # Before Django is imported, so a bad value stops the command at once.
     from kssched import variables
 
     variables.check()
+    from django.core.management import execute_from_command_line
+
     try:
         execute_from_command_line(sys.argv)
     except variables.SettingError as exc:
