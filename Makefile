@@ -53,8 +53,8 @@ $(SECRET_FILE):
 	  "SECRET_KEY=$$(cat $(SECRET_FILE))" \
 	  "DATA_PATH=$(RUN_DATA_PATH)" \
 	  "KSSCHED_HEARTBEAT_PATH=$(CURDIR)/var/watcher/heartbeat" \
-	  '# The watcher metrics port (9100 in the image) is off in a checkout.' \
-	  'KSSCHED_WATCHER_METRICS_PORT=0' > $@
+	  '# The watcher metrics listener (0.0.0.0:9100 in the image) is off in a checkout.' \
+	  'KSSCHED_WATCHER_METRICS_BIND=' > $@
 	@chmod 600 $@
 	@echo "Wrote $@ (read by $(PY) manage.py)."
 

@@ -21,15 +21,27 @@ Workers answer `Connection: close`, so kube-scheduler never reuses a connection 
 gunicorn is about to close (a reused POST that fails is not retried by Go).
 """
 
-import ipaddress
 import os
 import shutil
 import ssl
 import tempfile
 
 from kssched import config as kssched_config
+from kssched import variables
 from kssched.serve import empty_metrics_directory
 
+# Every variable, parsed in the master before any worker forks: a bad value stops
+# gunicorn with one line naming it (SystemExit passes gunicorn's config loader,
+# which would print a traceback for any other exception). Under kssched.serve, which
+# has checked and warned already, unknown KSSCHED_* variables are not warned again.
+_ENV = dict(os.environ)
+if _ENV.get(kssched_config.METRICS_DIR_READY) == "1":
+    try:
+        variables.read(_ENV)
+    except variables.SettingError as exc:
+        raise SystemExit(variables.PREFIX + str(exc)) from None
+else:
+    variables.check(_ENV)
 SETTINGS = kssched_config.load()
 LISTENER = SETTINGS.listener
 
@@ -44,31 +56,13 @@ if SETTINGS.tls_cert_file:
         cert_reqs = ssl.CERT_REQUIRED
 
 
-def _is_loopback_bind(address: str) -> bool:
-    if address.startswith("unix:"):
-        return True
-    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 # Both listeners: workers that read requests in an event loop with a deadline
 # (kssched.workers.DeadlineWorker), so stalled clients hold no worker.
 worker_class = "kssched.workers.DeadlineWorker"
 if LISTENER == "extender":
+    # On loopback only, unless gunicorn verifies client certificates (checked by
+    # kssched.variables).
     bind = SETTINGS.extender_bind
-    # Only kube-scheduler in the same pod may reach it, unless gunicorn verifies
-    # client certificates.
-    if not _is_loopback_bind(bind) and not SETTINGS.tls_ca_file:
-        raise RuntimeError(
-            f"KSSCHED_EXTENDER_BIND={bind} is not a loopback address: the extender "
-            "listener is for kube-scheduler in the same pod (127.0.0.1:PORT), or "
-            "needs TLS with client certificates (KSSCHED_TLS_CA_FILE)"
-        )
     workers = SETTINGS.extender_workers
 else:
     bind = SETTINGS.bind

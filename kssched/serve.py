@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kssched import config
+from kssched import config, variables
 
 CONFIG = Path(__file__).resolve().with_name("gunicorn_conf.py")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
@@ -81,6 +81,8 @@ def say(message: str) -> None:
 
 def main() -> int:
     env = dict(os.environ)
+    # Every variable, before any gunicorn starts: a bad value stops here, in one line.
+    variables.check(env)
     made = prepare_metrics_directory(env)
     children: dict[str, subprocess.Popen] = {}
     stopping = []

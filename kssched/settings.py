@@ -1,9 +1,10 @@
-"""Settings for ks-scheduler, read from the environment with django-environ.
+"""Settings for ks-scheduler, from the environment as kssched.variables parses it.
 
-Every variable is listed in the settings table (docs/settings.md). Real environment
-variables always win; a `.env` file is read only when KSSCHED_READ_DOT_ENV=1. In a
-checkout, `make run` writes that file and `manage.py` turns the switch on when it finds
-it; the image has no `.env`.
+Every variable is listed in the settings table (docs/settings.md) with what it
+allows; a bad value raises kssched.variables.SettingError, which `manage.py` and the
+servers show as one line. Real environment variables always win; a `.env` file is
+read only when KSSCHED_READ_DOT_ENV=1. In a checkout, `make run` writes that file and
+`manage.py` turns the switch on when it finds it; the image has no `.env`.
 """
 
 from datetime import timedelta
@@ -11,35 +12,30 @@ from pathlib import Path
 
 import environ
 
-from kssched import __version__, config
+from kssched import __version__, config, variables
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.Env()
-if env.bool("KSSCHED_READ_DOT_ENV", default=False):
-    environ.Env.read_env(BASE_DIR / ".env")
+# Every variable, parsed at once (a SettingError names a bad one).
+ENV = variables.read()
 
 # --- Core -----------------------------------------------------------------------------
 
-DEBUG = env.bool("DEBUG", default=False)
-# No production default: a missing SECRET_KEY fails at start-up unless DEBUG is on.
-SECRET_KEY = env.str("SECRET_KEY", default="insecure-dev-only-key" if DEBUG else None)
-if not SECRET_KEY:
-    raise environ.ImproperlyConfigured(
-        "Set the SECRET_KEY environment variable (in a checkout, `make run` writes "
-        "one to .env, which `.venv/bin/python manage.py` reads)."
-    )
+DEBUG = ENV["DEBUG"]
+# No production default: a missing SECRET_KEY fails at start-up unless DEBUG is on
+# (kssched.variables).
+SECRET_KEY = ENV["SECRET_KEY"] or "insecure-dev-only-key"
 
 # kube-scheduler in the same pod calls the extender as localhost or 127.0.0.1.
 ALLOWED_HOSTS = [
-    *env.list("ALLOWED_HOSTS", default=[]),
+    *ENV["ALLOWED_HOSTS"],
     "localhost",
     "127.0.0.1",
     "[::1]",
 ]
-CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+CSRF_TRUSTED_ORIGINS = ENV["CSRF_TRUSTED_ORIGINS"]
 
-KSSCHED_VERSION = env.str("VERSION", default=__version__)
+KSSCHED_VERSION = ENV["VERSION"] or __version__
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -104,15 +100,15 @@ TEMPLATES = [
 # The default is the image's volume. Only a configured DATA_PATH has its folder
 # created: an unconfigured checkout must not create /data.
 DEFAULT_DATA_PATH = "/data/scheduler.db"
-DATA_PATH_IS_SET = bool(env.str("DATA_PATH", default=""))
-DATA_PATH = Path(env.str("DATA_PATH", default=DEFAULT_DATA_PATH))
-SQLITE_TIMEOUT = env.float("KSSCHED_SQLITE_TIMEOUT", default=5.0)
+DATA_PATH_IS_SET = bool(ENV["DATA_PATH"])
+DATA_PATH = Path(ENV["DATA_PATH"] or DEFAULT_DATA_PATH)
+SQLITE_TIMEOUT = ENV["KSSCHED_SQLITE_TIMEOUT"]
 # An admin edit keeps trying for the SQLite write lock this long in all, then tells
 # the user nothing was changed. Keep it below gunicorn's KSSCHED_WORKER_TIMEOUT.
-KSSCHED_ADMIN_WRITE_WAIT = env.float("KSSCHED_ADMIN_WRITE_WAIT", default=10.0)
+KSSCHED_ADMIN_WRITE_WAIT = ENV["KSSCHED_ADMIN_WRITE_WAIT"]
 
-if env.str("DATABASE_URL", default=""):
-    DATABASES = {"default": env.db_url("DATABASE_URL")}
+if ENV["DATABASE_URL"]:
+    DATABASES = {"default": environ.Env.db_url_config(ENV["DATABASE_URL"])}
 else:
     DATABASES = {
         "default": {
@@ -123,12 +119,14 @@ else:
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATA_PATH = Path(DATABASES["default"]["NAME"])
-    if DATA_PATH_IS_SET or env.str("DATABASE_URL", default=""):
+    if DATA_PATH_IS_SET or ENV["DATABASE_URL"]:
         DATA_PATH.parent.mkdir(parents=True, exist_ok=True)
     elif not DATA_PATH.parent.is_dir():
-        raise environ.ImproperlyConfigured(
-            f"DATA_PATH is not set and {DATA_PATH.parent} does not exist. Set "
-            "DATA_PATH (in a checkout, `make run` writes it to .env)."
+        raise variables.SettingError(
+            "DATA_PATH",
+            "",
+            f"required when {DATA_PATH.parent} does not exist: the SQLite file's "
+            "path (in a checkout, `make run` writes it to .env)",
         )
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
@@ -136,34 +134,34 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["TEST"] = {
-        "NAME": env.str(
-            "KSSCHED_TEST_DATABASE", default=str(DATA_PATH.parent / "test.db")
-        )
+        "NAME": ENV["KSSCHED_TEST_DATABASE"] or str(DATA_PATH.parent / "test.db")
     }
     # Opening a connection and running the PRAGMAs costs about 0.5 ms, as much as
     # a whole prioritize call for 100 nodes: each worker keeps its connection.
-    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=600)
+    DATABASES["default"]["CONN_MAX_AGE"] = (
+        600 if ENV["CONN_MAX_AGE"] is None else ENV["CONN_MAX_AGE"]
+    )
 else:
     # Reuse connections between requests; the watcher closes stale ones itself.
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    DATABASES["default"].setdefault(
+        "CONN_MAX_AGE", 60 if ENV["CONN_MAX_AGE"] is None else ENV["CONN_MAX_AGE"]
+    )
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
     # Behind a pooler in transaction mode (PgBouncer's pool_mode=transaction), each
     # statement outside a transaction may run on another server session, so the
     # server-side cursor QuerySet.iterator() declares in one statement and reads in
     # the next is not there ("portal ... does not exist"). True: read those rows with
     # ordinary cursors instead.
-    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
-        "KSSCHED_PG_TRANSACTION_POOLER", default=False
-    )
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = ENV[
+        "KSSCHED_PG_TRANSACTION_POOLER"
+    ]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Static files (served by whitenoise, so plain gunicorn serves the admin) ---------
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(
-    env.str("KSSCHED_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
-)
+STATIC_ROOT = Path(ENV["KSSCHED_STATIC_ROOT"] or BASE_DIR / "staticfiles")
 # Files served at the site's root: /favicon.ico, which browsers ask for on every page.
 WHITENOISE_ROOT = BASE_DIR / "kssched" / "root"
 # Without collected files (a fresh checkout) whitenoise serves from the apps directly.
@@ -181,15 +179,15 @@ STORAGES = {
 # Secure cookies and HSTS apply when the admin is served over HTTPS (set
 # KSSCHED_HTTPS=1 behind TLS). The extender is called over plain HTTP on loopback.
 
-KSSCHED_HTTPS = env.bool("KSSCHED_HTTPS", default=False)
+KSSCHED_HTTPS = ENV["KSSCHED_HTTPS"]
 SESSION_COOKIE_SECURE = KSSCHED_HTTPS
 CSRF_COOKIE_SECURE = KSSCHED_HTTPS
-SECURE_HSTS_SECONDS = (
-    env.int("SECURE_HSTS_SECONDS", default=31536000) if KSSCHED_HTTPS else 0
-)
+SECURE_HSTS_SECONDS = ENV["SECURE_HSTS_SECONDS"] if KSSCHED_HTTPS else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = KSSCHED_HTTPS
-SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
-SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=KSSCHED_HTTPS)
+SECURE_HSTS_PRELOAD = ENV["SECURE_HSTS_PRELOAD"]
+SECURE_SSL_REDIRECT = (
+    KSSCHED_HTTPS if ENV["SECURE_SSL_REDIRECT"] is None else ENV["SECURE_SSL_REDIRECT"]
+)
 # kube-scheduler and the kubelet probes speak plain HTTP: never redirect them.
 SECURE_REDIRECT_EXEMPT = [
     r"^scheduler/",
@@ -198,29 +196,26 @@ SECURE_REDIRECT_EXEMPT = [
     r"^readyz$",
     r"^metrics$",
 ]
-if env.bool("KSSCHED_BEHIND_PROXY", default=False):
+if ENV["KSSCHED_BEHIND_PROXY"]:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 # HSTS preloading commits a whole domain to HTTPS for months; that is the domain
 # owner's decision (SECURE_HSTS_PRELOAD=1), so its reminder is silenced by default.
-SILENCED_SYSTEM_CHECKS = env.list("KSSCHED_SILENCED_CHECKS", default=["security.W021"])
+SILENCED_SYSTEM_CHECKS = ENV["KSSCHED_SILENCED_CHECKS"]
 
 # TLS served by gunicorn itself (read by kssched/gunicorn_conf.py too). With a CA,
 # gunicorn requires client certificates signed by it, and the extender routes then
 # also answer callers outside the pod (kube-scheduler's enableHTTPS + tlsConfig).
 # The settings the processes outside Django read too come from kssched.config.
-try:
-    KSSCHED_SERVER = config.load()
-except ValueError as exc:
-    raise environ.ImproperlyConfigured(str(exc)) from None
+KSSCHED_SERVER = config.from_parsed(ENV)
 KSSCHED_TLS_CERT_FILE = KSSCHED_SERVER.tls_cert_file
 KSSCHED_TLS_KEY_FILE = KSSCHED_SERVER.tls_key_file
 KSSCHED_TLS_CA_FILE = KSSCHED_SERVER.tls_ca_file
 # /metrics is open (the NetworkPolicy limits who reaches port 8080); with a token
 # set, scrapes need `Authorization: Bearer <token>`.
-KSSCHED_METRICS_TOKEN = env.str("KSSCHED_METRICS_TOKEN", default="")
+KSSCHED_METRICS_TOKEN = ENV["KSSCHED_METRICS_TOKEN"]
 
 # Login throttling (django-axes): after KSSCHED_LOGIN_FAILURE_LIMIT failed logins for
 # one username from one client address, that pair is refused, even with the right
@@ -231,10 +226,8 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = env.int("KSSCHED_LOGIN_FAILURE_LIMIT", default=5)
-AXES_COOLOFF_TIME = timedelta(
-    minutes=env.float("KSSCHED_LOGIN_COOLOFF_MINUTES", default=15.0)
-)
+AXES_FAILURE_LIMIT = ENV["KSSCHED_LOGIN_FAILURE_LIMIT"]
+AXES_COOLOFF_TIME = timedelta(minutes=ENV["KSSCHED_LOGIN_COOLOFF_MINUTES"])
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 # The cool-off runs from the lockout: more attempts during it do not extend it.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
@@ -285,27 +278,27 @@ SPECTACULAR_SETTINGS = {
 
 # --- ks-scheduler ---------------------------------------------------------------------
 
-KSSCHED_PIPELINE_LABEL = env.str("KSSCHED_PIPELINE_LABEL", default="ks-pipeline")
-KSSCHED_SCHEDULER_NAME = env.str("KSSCHED_SCHEDULER_NAME", default="ks-scheduler")
-KSSCHED_SCORING = env.str("KSSCHED_SCORING", default="warm")
+KSSCHED_PIPELINE_LABEL = ENV["KSSCHED_PIPELINE_LABEL"]
+KSSCHED_SCHEDULER_NAME = ENV["KSSCHED_SCHEDULER_NAME"]
+KSSCHED_SCORING = ENV["KSSCHED_SCORING"]
 # `warm` scoring: each placement's weight halves every half-life.
-KSSCHED_HALF_LIFE_DAYS = env.float("KSSCHED_HALF_LIFE_DAYS", default=7.0)
+KSSCHED_HALF_LIFE_DAYS = ENV["KSSCHED_HALF_LIFE_DAYS"]
 # Each web worker keeps an exact copy of the history it scores with (SQLite: synced
 # from the ledger; PostgreSQL: from a trigger-written change log). Off: one
 # statement per call, straight from the database.
-KSSCHED_HISTORY_CACHE = env.bool("KSSCHED_HISTORY_CACHE", default=True)
+KSSCHED_HISTORY_CACHE = ENV["KSSCHED_HISTORY_CACHE"]
 # The most each worker's history cache holds, in MiB (estimated): rows of the keys
 # asked about and the scores derived from them, least recently used keys dropped
 # first. One KeyNode row is about 200 bytes (history.reader.cache).
-KSSCHED_HISTORY_CACHE_MB = env.float("KSSCHED_HISTORY_CACHE_MB", default=96.0)
+KSSCHED_HISTORY_CACHE_MB = ENV["KSSCHED_HISTORY_CACHE_MB"]
 # The rows of a node out of the pipeline pool this long are removed (prune_nodes,
 # run by the watcher once a day; 0 turns that off).
-KSSCHED_NODE_RETENTION_DAYS = env.float("KSSCHED_NODE_RETENTION_DAYS", default=90.0)
+KSSCHED_NODE_RETENTION_DAYS = ENV["KSSCHED_NODE_RETENTION_DAYS"]
 # Full Node lists are large (1000 nodes are about 14 MB); only the extender routes
 # accept bodies this big, the rest of the site keeps Django's default limit. A body
 # may decode to at most 8 times this (extender.parsers): the deployment's memory
 # limit is sized for it (docs/operate.md, "Limits").
-KSSCHED_MAX_BODY_BYTES = env.int("KSSCHED_MAX_BODY_BYTES", default=16 * 1024 * 1024)
+KSSCHED_MAX_BODY_BYTES = ENV["KSSCHED_MAX_BODY_BYTES"]
 # Which listener this process serves (set by `python -m kssched.serve`): "web" (the
 # pod port) or "extender" (loopback, the /scheduler/ routes, /healthz and /version
 # only).
@@ -314,68 +307,58 @@ KSSCHED_EXTENDER_BIND = KSSCHED_SERVER.extender_bind
 
 # --- Webhook mode (POST /webhook/mutate) ----------------------------------------------
 # At most this many warm nodes are named in the preferred node affinity of one pod.
-KSSCHED_WEBHOOK_MAX_NODES = env.int("KSSCHED_WEBHOOK_MAX_NODES", default=20)
+KSSCHED_WEBHOOK_MAX_NODES = ENV["KSSCHED_WEBHOOK_MAX_NODES"]
 # The longest the webhook counts a pod it steered to a node before the watcher
 # records it bound (from then on the ledger counts it, until it finishes): enough
 # for a pod to be scheduled and recorded, short enough that reviews whose pods never
 # appear stop counting within seconds.
-KSSCHED_WEBHOOK_MEMORY_SECONDS = env.float(
-    "KSSCHED_WEBHOOK_MEMORY_SECONDS", default=15.0
-)
+KSSCHED_WEBHOOK_MEMORY_SECONDS = ENV["KSSCHED_WEBHOOK_MEMORY_SECONDS"]
 # Namespaces whose pods the webhook never patches, whatever the namespaceSelector
 # lets through (before Kubernetes 1.21 namespaces lack the kubernetes.io/metadata.name
 # label the shipped selector excludes kube-system by).
-KSSCHED_WEBHOOK_SKIP_NAMESPACES = frozenset(
-    env.list("KSSCHED_WEBHOOK_SKIP_NAMESPACES", default=["kube-system"])
-)
+KSSCHED_WEBHOOK_SKIP_NAMESPACES = frozenset(ENV["KSSCHED_WEBHOOK_SKIP_NAMESPACES"])
 # The pipeline pool: nodes that ran a pipeline pod, or that the watcher first saw, in
 # this many days. The load rule compares a node with the pool's mean load (prioritize
 # compares it with kube-scheduler's candidates).
-KSSCHED_WEBHOOK_POOL_DAYS = env.float("KSSCHED_WEBHOOK_POOL_DAYS", default=7.0)
+KSSCHED_WEBHOOK_POOL_DAYS = ENV["KSSCHED_WEBHOOK_POOL_DAYS"]
 
 # --- Watcher (manage.py watch_pods) -------------------------------------------------
 # Timeouts bound every call to the API server; tests shrink them to seconds.
 
-KSSCHED_HEARTBEAT_PATH = env.str(
-    "KSSCHED_HEARTBEAT_PATH", default="/tmp/ks-watcher/heartbeat"
-)
-KSSCHED_WATCHER_METRICS_PORT = env.int("KSSCHED_WATCHER_METRICS_PORT", default=9100)
-KSSCHED_WATCH_CONNECT_TIMEOUT = env.float("KSSCHED_WATCH_CONNECT_TIMEOUT", default=10.0)
-KSSCHED_WATCH_READ_TIMEOUT = env.float("KSSCHED_WATCH_READ_TIMEOUT", default=120.0)
+KSSCHED_HEARTBEAT_PATH = ENV["KSSCHED_HEARTBEAT_PATH"]
+# HOST:PORT of the watcher's metrics listener; empty: off.
+KSSCHED_WATCHER_METRICS_BIND = ENV["KSSCHED_WATCHER_METRICS_BIND"]
+KSSCHED_WATCH_CONNECT_TIMEOUT = ENV["KSSCHED_WATCH_CONNECT_TIMEOUT"]
+KSSCHED_WATCH_READ_TIMEOUT = ENV["KSSCHED_WATCH_READ_TIMEOUT"]
 # The server ends each watch after a random time in [MIN, MAX) seconds.
-KSSCHED_WATCH_SERVER_TIMEOUT_MIN = env.int("KSSCHED_WATCH_TIMEOUT_MIN", default=300)
-KSSCHED_WATCH_SERVER_TIMEOUT_MAX = env.int("KSSCHED_WATCH_TIMEOUT_MAX", default=600)
-KSSCHED_WATCH_BACKOFF_BASE = env.float("KSSCHED_WATCH_BACKOFF_BASE", default=0.8)
-KSSCHED_WATCH_BACKOFF_CAP = env.float("KSSCHED_WATCH_BACKOFF_CAP", default=30.0)
-KSSCHED_WATCH_BACKOFF_RESET = env.float("KSSCHED_WATCH_BACKOFF_RESET", default=120.0)
-KSSCHED_WATCH_LIST_PAGE = env.int("KSSCHED_WATCH_LIST_PAGE", default=500)
-KSSCHED_WATCH_NODES = env.bool("KSSCHED_WATCH_NODES", default=True)
+KSSCHED_WATCH_SERVER_TIMEOUT_MIN = ENV["KSSCHED_WATCH_TIMEOUT_MIN"]
+KSSCHED_WATCH_SERVER_TIMEOUT_MAX = ENV["KSSCHED_WATCH_TIMEOUT_MAX"]
+KSSCHED_WATCH_BACKOFF_BASE = ENV["KSSCHED_WATCH_BACKOFF_BASE"]
+KSSCHED_WATCH_BACKOFF_CAP = ENV["KSSCHED_WATCH_BACKOFF_CAP"]
+KSSCHED_WATCH_BACKOFF_RESET = ENV["KSSCHED_WATCH_BACKOFF_RESET"]
+KSSCHED_WATCH_LIST_PAGE = ENV["KSSCHED_WATCH_LIST_PAGE"]
+KSSCHED_WATCH_NODES = ENV["KSSCHED_WATCH_NODES"]
 # Webhook mode: the cluster's default scheduler places pipeline pods, so count pods
 # with the pipeline label whatever their spec.schedulerName.
-KSSCHED_WATCH_ANY_SCHEDULER = env.bool("KSSCHED_WATCH_ANY_SCHEDULER", default=False)
+KSSCHED_WATCH_ANY_SCHEDULER = ENV["KSSCHED_WATCH_ANY_SCHEDULER"]
 # An events.k8s.io Event on each pipeline pod the watcher records (reason
 # WarmPlacement, PartialPlacement or ColdPlacement), at most PER_SECOND a second with
 # bursts of BURST; the rest are dropped and counted.
-KSSCHED_PLACEMENT_EVENTS = env.bool("KSSCHED_PLACEMENT_EVENTS", default=True)
-KSSCHED_PLACEMENT_EVENTS_PER_SECOND = env.float(
-    "KSSCHED_PLACEMENT_EVENTS_PER_SECOND", default=5.0
-)
-KSSCHED_PLACEMENT_EVENTS_BURST = env.int("KSSCHED_PLACEMENT_EVENTS_BURST", default=20)
-if KSSCHED_PLACEMENT_EVENTS_PER_SECOND <= 0 or KSSCHED_PLACEMENT_EVENTS_BURST < 1:
-    raise environ.ImproperlyConfigured(
-        "KSSCHED_PLACEMENT_EVENTS_PER_SECOND must be above 0 and "
-        "KSSCHED_PLACEMENT_EVENTS_BURST at least 1 (KSSCHED_PLACEMENT_EVENTS=false "
-        "turns the Events off)."
-    )
-KSSCHED_LEASE_NAME = env.str("KSSCHED_LEASE_NAME", default="ks-scheduler-watcher")
-KSSCHED_LEASE_DURATION = env.float("KSSCHED_LEASE_DURATION", default=15.0)
-KSSCHED_LEASE_RENEW_DEADLINE = env.float("KSSCHED_LEASE_RENEW_DEADLINE", default=10.0)
-KSSCHED_LEASE_RETRY_PERIOD = env.float("KSSCHED_LEASE_RETRY_PERIOD", default=2.0)
+KSSCHED_PLACEMENT_EVENTS = ENV["KSSCHED_PLACEMENT_EVENTS"]
+KSSCHED_PLACEMENT_EVENTS_PER_SECOND = ENV["KSSCHED_PLACEMENT_EVENTS_PER_SECOND"]
+KSSCHED_PLACEMENT_EVENTS_BURST = ENV["KSSCHED_PLACEMENT_EVENTS_BURST"]
+KSSCHED_LEASE_NAME = ENV["KSSCHED_LEASE_NAME"]
+KSSCHED_LEASE_DURATION = ENV["KSSCHED_LEASE_DURATION"]
+KSSCHED_LEASE_RENEW_DEADLINE = ENV["KSSCHED_LEASE_RENEW_DEADLINE"]
+KSSCHED_LEASE_RETRY_PERIOD = ENV["KSSCHED_LEASE_RETRY_PERIOD"]
+# The watcher's pod (the downward API): the lease's identity and namespace.
+POD_NAME = ENV["POD_NAME"]
+POD_NAMESPACE = ENV["POD_NAMESPACE"]
 
 # --- Logging --------------------------------------------------------------------------
 # The old tool's `--v=N` verbosity maps onto LOG_LEVEL: v0-1 INFO, v2-3 DEBUG.
 
-LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
+LOG_LEVEL = ENV["LOG_LEVEL"].upper()
 # text: human-readable lines; json: one JSON object per line for log collectors.
 KSSCHED_LOG_FORMAT = KSSCHED_SERVER.log_format
 LOGGING_CONFIG = "kssched.logformat.configure"

@@ -92,7 +92,7 @@ def watch_once(server, tmp_path, **settings):
     try:
         with override_settings(
             KSSCHED_HEARTBEAT_PATH=str(tmp_path / "hb"),
-            KSSCHED_WATCHER_METRICS_PORT=0,
+            KSSCHED_WATCHER_METRICS_BIND="",
             **settings,
         ):
             call_command(

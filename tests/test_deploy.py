@@ -21,6 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kssched import variables
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 ONE_FILE = DEPLOY / "ks-scheduler.yaml"
@@ -809,3 +811,24 @@ def test_dockerignore_keeps_secrets_and_local_state_out():
     assert {".git", ".venv", ".env", "*.db"} <= patterns
     for needed in ("manage.py", "requirements.txt", "kssched", "history", "extender"):
         assert needed not in patterns
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_every_setting_in_the_manifests_is_valid_and_known(builds, name):
+    """The settings the manifests give each container all parse (a bad one would stop
+    the pod) and are all settings (none would be warned about as unknown)."""
+    docs = builds[name]
+    shared = {}
+    for config_map in find(docs, "ConfigMap"):
+        if config_map["metadata"]["name"].startswith("ks-scheduler-env"):
+            shared.update(config_map["data"])
+    assert shared["KSSCHED_WATCHER_METRICS_BIND"] == "0.0.0.0:9100"
+    for container in all_containers(docs):
+        if container["name"] == "kube-scheduler":
+            continue
+        literal = {
+            e["name"]: e["value"] for e in container.get("env", []) if "value" in e
+        }
+        environ = {**shared, **literal, "SECRET_KEY": "from-the-secret"}
+        variables.read(environ)
+        assert variables.unknown(environ) == [], container["name"]

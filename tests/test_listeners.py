@@ -218,7 +218,7 @@ def test_the_extender_listener_serves_the_scheduler_routes_only():
 
 def test_the_extender_listener_must_be_on_loopback():
     env = {"KSSCHED_EXTENDER_BIND": "0.0.0.0:0"}
-    with pytest.raises(RuntimeError, match="not a loopback address"):
+    with pytest.raises(RuntimeError, match="is not valid: a loopback address"):
         with run_gunicorn({**env, "KSSCHED_LISTENER": "extender"}, workers=1):
             pass
 

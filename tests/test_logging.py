@@ -78,7 +78,7 @@ def test_unknown_log_format_fails_at_startup(tmp_path):
         {**SECRET, "DATA_PATH": str(tmp_path / "db"), "KSSCHED_LOG_FORMAT": "xml"},
     )
     assert result.returncode != 0
-    assert "KSSCHED_LOG_FORMAT must be 'text' or 'json'" in result.stderr
+    assert "KSSCHED_LOG_FORMAT='xml' is not valid: one of text, json" in result.stderr
 
 
 @pytest.mark.django_db(transaction=True)

@@ -281,7 +281,9 @@ def test_unset_data_path_creates_no_folder_outside_the_checkout(checkout):
     env = {**clean_env(checkout), "KSSCHED_READ_DOT_ENV": "0", "SECRET_KEY": "x" * 50}
     result = run(checkout, env, [], ".venv/bin/python manage.py migrate --noinput")
     assert result.returncode != 0
-    assert "DATA_PATH is not set and /data does not exist" in result.stderr
+    assert (
+        "DATA_PATH='' is not valid: required when /data does not exist" in result.stderr
+    )
     assert not Path("/data").exists()
 
 

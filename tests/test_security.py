@@ -329,7 +329,9 @@ def test_gunicorn_with_tls_but_no_client_verification_keeps_the_loopback_rule(pk
 
 @pytest.mark.django_db(transaction=True)
 def test_gunicorn_refuses_a_ca_without_a_server_certificate():
-    with pytest.raises(RuntimeError, match="need KSSCHED_TLS_CERT_FILE"):
+    with pytest.raises(
+        RuntimeError, match="is not valid: only with KSSCHED_TLS_CERT_FILE"
+    ):
         with run_gunicorn({"KSSCHED_TLS_CA_FILE": "/nonexistent/ca.crt"}, workers=1):
             pass
 

@@ -64,3 +64,22 @@ def test_data_path_folder_is_created(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert target.exists()
+
+
+def test_manage_py_without_django_points_to_the_venv(tmp_path):
+    """`python manage.py` with a Python that has no Django (here the venv's own
+    with `-S`, which leaves out site-packages) says where Django is, in one line."""
+    result = subprocess.run(
+        [sys.executable, "-S", "manage.py", "check"],
+        cwd=REPO,
+        env={"PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"ks-scheduler: Django is not installed for {sys.executable}: run "
+        "`make run`, or use .venv/bin/python manage.py ..."
+    ]

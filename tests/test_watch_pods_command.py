@@ -51,7 +51,7 @@ def test_watch_pods_command_end_to_end_with_max_events(server, tmp_path):
     try:
         with override_settings(
             KSSCHED_HEARTBEAT_PATH=str(heartbeat),
-            KSSCHED_WATCHER_METRICS_PORT=0,
+            KSSCHED_WATCHER_METRICS_BIND="",
             KSSCHED_WATCH_READ_TIMEOUT=1.0,
             KSSCHED_WATCH_SERVER_TIMEOUT_MIN=2,
             KSSCHED_WATCH_SERVER_TIMEOUT_MAX=3,

@@ -5,6 +5,7 @@ Each test ends with exact counts and an audit without drift.
 """
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,7 +97,7 @@ def test_sigterm_exits_zero_within_seconds_and_serves_metrics(server, launch, tm
     cluster = Cluster(server)
     cluster.bind_new("n1")
     port = free_port()
-    watcher = launch(KSSCHED_WATCHER_METRICS_PORT=str(port))
+    watcher = launch(KSSCHED_WATCHER_METRICS_BIND=f"127.0.0.1:{port}")
     cluster.bind_new("n2")
     cluster.assert_exact()
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
@@ -115,6 +116,23 @@ def test_sigterm_exits_zero_within_seconds_and_serves_metrics(server, launch, tm
     stale = health(tmp_path, "watcher", "--max-age", "0.1")
     assert stale.returncode == 1 and "unhealthy" in stale.stderr
     assert health(tmp_path, "nowhere").returncode == 1
+
+
+def test_the_metrics_listen_only_on_the_configured_address(server, launch):
+    """KSSCHED_WATCHER_METRICS_BIND=127.0.0.2:PORT: served there, and not on the
+    other addresses of the machine (127.0.0.1 stands for them)."""
+    port = free_port()
+    watcher = launch(KSSCHED_WATCHER_METRICS_BIND=f"127.0.0.2:{port}")
+    assert wait_until(lambda: "Serving watcher metrics" in watcher.log, timeout=15)
+    url = f"http://127.0.0.2:{port}/metrics"
+    assert (
+        "placements_recorded_total"
+        in urllib.request.urlopen(url, timeout=5).read().decode()
+    )
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    assert f"Serving watcher metrics on 127.0.0.2:{port}" in watcher.log
+    assert watcher.stop()[0] == 0
 
 
 def test_sigkill_mid_stream_then_restart_resumes_from_the_checkpoint(server, launch):

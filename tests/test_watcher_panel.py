@@ -43,7 +43,7 @@ def test_a_first_list_shows_in_the_panel(admin_client, tmp_path):
         try:
             with override_settings(
                 KSSCHED_HEARTBEAT_PATH=str(tmp_path / "heartbeat"),
-                KSSCHED_WATCHER_METRICS_PORT=0,
+                KSSCHED_WATCHER_METRICS_BIND="",
                 KSSCHED_WATCH_READ_TIMEOUT=1.0,
                 KSSCHED_WATCH_SERVER_TIMEOUT_MIN=1,
                 KSSCHED_WATCH_SERVER_TIMEOUT_MAX=2,

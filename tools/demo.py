@@ -268,7 +268,7 @@ def child_env(
         "SECRET_KEY": secret_key,
         "DATA_PATH": str(demo_dir / "demo.db"),
         "KSSCHED_HEARTBEAT_PATH": str(demo_dir / "watcher" / "heartbeat"),
-        "KSSCHED_WATCHER_METRICS_PORT": "0",
+        "KSSCHED_WATCHER_METRICS_BIND": "",
         "KSSCHED_BIND": f"127.0.0.1:{args.port}",
         "WEB_CONCURRENCY": "2",
         "KSSCHED_SCORING": "warm",

@@ -2,7 +2,7 @@
 
 They live in their own registry and always keep their values in process memory,
 even when PROMETHEUS_MULTIPROC_DIR is set for the web workers: the watcher is one
-process with its own HTTP endpoint (`KSSCHED_WATCHER_METRICS_PORT`).
+process with its own HTTP endpoint (`KSSCHED_WATCHER_METRICS_BIND`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from prometheus_client import values as _values
 from history.ledger import RecordedOutcome
 from history.models import Placement
 from history.timings import UNUSABLE_REASONS
+from kssched.valuekinds import bind_parts
 
 logger = logging.getLogger(__name__)
 
@@ -158,14 +159,16 @@ def observe_outcome(recorded: RecordedOutcome | None, *, unusable: str = "") -> 
     transaction.on_commit(observe)
 
 
-def serve(port: int) -> None:
-    """Serve the registry on 0.0.0.0:`port` in a daemon thread; 0 turns it off."""
-    if not port:
+def serve(address: str) -> None:
+    """Serve the registry on `address` (HOST:PORT, as kssched.variables accepts it)
+    in a daemon thread; empty turns it off."""
+    if not address:
         return
+    host, port = bind_parts(address)
     try:
-        start_http_server(port, registry=REGISTRY)
+        start_http_server(port, addr=host, registry=REGISTRY)
     except OSError as exc:
         # Metrics are not worth stopping the counting for.
-        logger.error("Cannot serve watcher metrics on port %s: %s", port, exc)
+        logger.error("Cannot serve watcher metrics on %s: %s", address, exc)
         return
-    logger.info("Serving watcher metrics on port %s", port)
+    logger.info("Serving watcher metrics on %s", address)

@@ -19,7 +19,7 @@ from tests.watcher_process import WatcherProcess, wait_until, watcher_env
 
 DEPLOY = REPO / "deploy"
 # What the processes run with: the production scoring default, not the suite's seed.
-PRODUCTION = {"KSSCHED_SCORING": "warm", "KSSCHED_WATCHER_METRICS_PORT": "0"}
+PRODUCTION = {"KSSCHED_SCORING": "warm", "KSSCHED_WATCHER_METRICS_BIND": ""}
 
 
 @contextmanager

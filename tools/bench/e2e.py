@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-e2e-secret-key-0123456789"),
         "KSSCHED_READ_DOT_ENV": "0",
         "KSSCHED_SCORING": "warm",
-        "KSSCHED_WATCHER_METRICS_PORT": "0",
+        "KSSCHED_WATCHER_METRICS_BIND": "",
         "LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(REPO),
     }

@@ -10,7 +10,6 @@ configuration is unusable or the database schema is missing.
 """
 
 import logging
-import os
 import signal
 import socket
 import threading
@@ -92,14 +91,14 @@ class Command(BaseCommand):
         )
         elector = None
         if options["leader_elect"]:
-            namespace = os.environ.get("POD_NAMESPACE")
+            namespace = settings.POD_NAMESPACE
             if not namespace:
                 raise CommandError("--leader-elect needs POD_NAMESPACE to be set.")
             elector = LeaderElector(
                 api,
                 name=settings.KSSCHED_LEASE_NAME,
                 namespace=namespace,
-                identity=os.environ.get("POD_NAME") or socket.gethostname(),
+                identity=settings.POD_NAME or socket.gethostname(),
                 duration=settings.KSSCHED_LEASE_DURATION,
                 renew_deadline=settings.KSSCHED_LEASE_RENEW_DEADLINE,
                 retry_period=settings.KSSCHED_LEASE_RETRY_PERIOD,
@@ -110,7 +109,7 @@ class Command(BaseCommand):
                 api,
                 rate=settings.KSSCHED_PLACEMENT_EVENTS_PER_SECOND,
                 burst=settings.KSSCHED_PLACEMENT_EVENTS_BURST,
-                instance=os.environ.get("POD_NAME") or socket.gethostname(),
+                instance=settings.POD_NAME or socket.gethostname(),
             )
         watcher = Watcher(
             api,
@@ -124,7 +123,7 @@ class Command(BaseCommand):
         )
         signal.signal(signal.SIGTERM, watcher.request_shutdown)
         signal.signal(signal.SIGINT, watcher.request_shutdown)
-        metrics.serve(settings.KSSCHED_WATCHER_METRICS_PORT)
+        metrics.serve(settings.KSSCHED_WATCHER_METRICS_BIND)
         logger.info(
             "Watching %s pods of scheduler %s with label %s (count when %s)",
             options["namespace"] or "all",
