@@ -40,7 +40,10 @@ def log_key_node_entries(
 ) -> None:
     """One admin history line per (pk, object_repr, change_message) of KeyNode
     rows, by `user_id`, of `action_flag` (ADDITION, CHANGE or DELETION)."""
-    content_type = ContentType.objects.get_for_model(KeyNode, for_concrete_model=False)
+    # Makes sure the row exists; its id is read in the statement itself, since the
+    # manager's cached id outlives a flush of the table (a test database's).
+    ContentType.objects.get_for_model(KeyNode, for_concrete_model=False)
+    content_types = ContentType._meta.db_table
     stamp = connection.ops.adapt_datetimefield_value(now or timezone.now())
     table = LogEntry._meta.db_table
     with connection.cursor() as cursor:
@@ -55,7 +58,15 @@ def log_key_node_entries(
             cursor.execute(
                 f"INSERT INTO {table} (action_time, user_id, content_type_id, "
                 f"object_id, object_repr, action_flag, change_message) "
-                f"SELECT %s, %s, %s, r.object_id, r.object_repr, %s, r.change_message "
+                f"SELECT %s, %s, (SELECT id FROM {content_types} WHERE app_label = %s "
+                f"AND model = %s), r.object_id, r.object_repr, %s, r.change_message "
                 f"FROM ({rows}) AS r",
-                [stamp, user_id, content_type.pk, action_flag, *params],
+                [
+                    stamp,
+                    user_id,
+                    KeyNode._meta.app_label,
+                    KeyNode._meta.model_name,
+                    action_flag,
+                    *params,
+                ],
             )
