@@ -75,3 +75,13 @@ def gunicorn_server(transactional_db):
     """A real gunicorn serving the test database; yields its base URL."""
     with run_gunicorn() as (url, _process):
         yield url
+
+
+@pytest.fixture(autouse=True)
+def _fresh_content_types():
+    """Forget the ContentType ids cached by an earlier test: a transactional test's
+    flush (the live-server browser tests) makes the rows again with new ids."""
+    from django.contrib.contenttypes.models import ContentType
+
+    ContentType.objects.clear_cache()
+    yield
