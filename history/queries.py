@@ -20,8 +20,8 @@ def placements_with_key(*, key: str):
     A QuerySet of Placement. A segment matches as a whole segment: `java` matches
     `jenkins-java-maven` but not `javascript`. A prefix `jenkins-java-*` matches
     `jenkins-java` and the labels under it; a pipeline `jenkins-java$` matches
-    that label only. (A label written with empty segments, `jenkins--java`, counts
-    under `jenkins-java$` but is not matched here: the match is on the stored text.)
+    that label only. Path keys keep a label's empty segments (`jenkins--*`,
+    `jenkins--java$`), so the match on the stored text is the count's.
     """
     kind = key_kind(key)
     if kind != "segment":
