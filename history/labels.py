@@ -80,10 +80,19 @@ def placement_keys(label: str | None) -> list[str]:
     segments, every prefix of its path including the whole label (`...-app1-*`,
     which longer labels read), and the pipeline key. The one home of what a
     placement writes: the ledger, the caches that follow it, the audit and the
-    simulator's store all go through here."""
+    simulator's store all go through here.
+
+    A label that is not a valid Kubernetes label value (`label_value_problem`)
+    counts under none of its path keys and only its valid segments: no new
+    placement has one (every writer skips it), but the ledger may hold rows
+    recorded before the rule, whose segment rows stay."""
     steps = path_steps(label)
     if not steps:
         return []
+    if not is_valid_label_value(label or ""):
+        return [
+            s for s in distinct_keys(split_pipeline_label(label)) if is_valid_segment(s)
+        ]
     return [
         *distinct_keys(split_pipeline_label(label)),
         *_prefixes(steps, len(steps)),
@@ -214,3 +223,27 @@ def label_value_problem(label: str, value: object) -> str | None:
             "'-', '_' and '.' between"
         )
     return None
+
+
+# Labels named in the log once each; beyond this many, invalid labels are only
+# counted, so a stream or a ledger full of bad labels cannot fill memory with names.
+INVALID_LABELS_NAMED = 1000
+
+
+class InvalidLabels:
+    """Label values a pass skipped because they are not valid Kubernetes label
+    values (`label_value_problem`): every one counted in `rows`, each distinct value
+    named once (`is_first`), at most `INVALID_LABELS_NAMED` of them."""
+
+    def __init__(self, named: int = INVALID_LABELS_NAMED) -> None:
+        self.rows = 0
+        self.named: set[str] = set()
+        self.limit = named
+
+    def is_first(self, label: str) -> bool:
+        """Count one skipped `label`; True when it is to be named (logged) now."""
+        self.rows += 1
+        if label in self.named or len(self.named) >= self.limit:
+            return False
+        self.named.add(label)
+        return True

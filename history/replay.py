@@ -26,16 +26,19 @@ from typing import Any
 
 from django.db.models import Q, Sum
 
-from history.labels import is_valid_label_value, key_kind, path_keys, placement_keys
+from history.labels import (
+    InvalidLabels,
+    is_valid_label_value,
+    key_kind,
+    path_keys,
+    placement_keys,
+)
 from history.recency import WARM_MIN_WEIGHT, accumulate_decayed, decayed_weight
 
 logger = logging.getLogger(__name__)
 
 # Ledger rows per page, KeyNode rows per insert and pks per warmth update.
 PAGE = 2000
-# Labels named in the log once each; beyond this many, skipped labels are only
-# counted, so a ledger full of bad labels cannot fill memory with their names.
-LOGGED_LABELS_MAX = 1000
 
 
 def ledger_nodes(placements: Any) -> Iterator[str]:
@@ -134,29 +137,6 @@ class NodePaths:
         row.last = max(row.last, bound_at)
 
 
-@dataclass
-class SkippedLabels:
-    """Ledger labels a pass skipped because they are not valid Kubernetes label
-    values: each named in the log once (the first `LOGGED_LABELS_MAX`), all counted."""
-
-    what: str
-    rows: int = 0
-    logged: set[str] = field(default_factory=set)
-
-    def skip(self, label: str) -> None:
-        self.rows += 1
-        if label in self.logged or len(self.logged) >= LOGGED_LABELS_MAX:
-            return
-        self.logged.add(label)
-        logger.warning(
-            "%s: skipped ledger rows of label %.80r (%d characters): not a valid "
-            "Kubernetes label value",
-            self.what,
-            label,
-            len(label),
-        )
-
-
 def rebuild_path_rows(
     *,
     Placement: Any,
@@ -167,7 +147,7 @@ def rebuild_path_rows(
     only_keys: set[str] | None = None,
     judge_warmth: bool = False,
     what: str = "rebuild",
-) -> SkippedLabels:
+) -> InvalidLabels:
     """Write the label-path KeyNode rows again from the ledger, node by node.
 
     With `only_keys` None, every path row is rebuilt; otherwise only the rows of
@@ -184,7 +164,7 @@ def rebuild_path_rows(
         else only_keys.__contains__
     )
     _delete_rows(KeyNode, only_keys)
-    skipped = SkippedLabels(what)
+    skipped = InvalidLabels()
     warmth: dict[str, list[int]] = {}
     replaced = dict(
         NodeRecord.objects.filter(
@@ -198,7 +178,14 @@ def rebuild_path_rows(
             Placement.objects.all(), node=node, fields=("label", "warmth")
         ):
             if not is_valid_label_value(label):
-                skipped.skip(label)
+                if skipped.is_first(label):
+                    logger.warning(
+                        "%s: skipped the ledger rows of label %.80r (%d characters): "
+                        "not a valid Kubernetes label value",
+                        what,
+                        label,
+                        len(label),
+                    )
                 continue
             if judge_warmth:
                 judged = paths.judge(label, bound_at.timestamp())
@@ -222,8 +209,8 @@ def rebuild_path_rows(
             "%s: skipped %d ledger rows of %s%d labels that are not valid label values",
             what,
             skipped.rows,
-            "at least " if len(skipped.logged) >= LOGGED_LABELS_MAX else "",
-            len(skipped.logged),
+            "at least " if len(skipped.named) >= skipped.limit else "",
+            len(skipped.named),
         )
     return skipped
 
