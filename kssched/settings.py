@@ -301,6 +301,15 @@ KSSCHED_HISTORY_CACHE_MB = env.float("KSSCHED_HISTORY_CACHE_MB", default=96.0)
 # The rows of a node out of the pipeline pool this long are removed (prune_nodes,
 # run by the watcher once a day; 0 turns that off).
 KSSCHED_NODE_RETENTION_DAYS = env.float("KSSCHED_NODE_RETENTION_DAYS", default=90.0)
+# Ledger rows of pods that ended longer ago than this are pruned by the watcher once
+# a day (prune_placements: counts do not change); 0 keeps the ledger forever.
+_ledger_days = env.str("KSSCHED_LEDGER_RETENTION_DAYS", default="90").strip()
+if not (_ledger_days.isascii() and _ledger_days.isdigit()) or int(_ledger_days) > 36500:
+    raise environ.ImproperlyConfigured(
+        f"KSSCHED_LEDGER_RETENTION_DAYS={_ledger_days!r} is not allowed: a whole "
+        "number of days from 0 to 36500 (0 keeps the ledger forever)."
+    )
+KSSCHED_LEDGER_RETENTION_DAYS = int(_ledger_days)
 # Full Node lists are large (1000 nodes are about 14 MB); only the extender routes
 # accept bodies this big, the rest of the site keeps Django's default limit. A body
 # may decode to at most 8 times this (extender.parsers): the deployment's memory
