@@ -8,26 +8,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from history import audit, ledger
+from history import audit
 from history.models import CountAdjustment, KeyNode, Placement
 from history.watcher import housekeeping
+from tests.helpers import place
 from tests.test_settings import run_manage
-
-
-def place(uid, label, node, *, finished_days_ago=None, bound_days_ago=0):
-    now = timezone.now()
-    ledger.record_placement(
-        pod_uid=uid,
-        namespace="ns",
-        name=uid,
-        label=label,
-        node=node,
-        bound_at=now - timedelta(days=bound_days_ago),
-    )
-    if finished_days_ago is not None:
-        ledger.finish_placement(
-            pod_uid=uid, finished_at=now - timedelta(days=finished_days_ago)
-        )
 
 
 def counts():
@@ -40,9 +25,17 @@ def counts():
 @pytest.mark.django_db(transaction=True)
 def test_the_watchers_housekeeping_prunes_the_ledger_past_retention(settings):
     settings.KSSCHED_LEDGER_RETENTION_DAYS = 30
-    place("old", "ci-java", "n1", finished_days_ago=40, bound_days_ago=41)
-    place("recent", "ci-java", "n1", finished_days_ago=10, bound_days_ago=11)
-    place("running", "ci-go", "n2", bound_days_ago=100)
+    place(
+        "old", "ci-java", "n1", finished_ago=timedelta(days=40), ago=timedelta(days=41)
+    )
+    place(
+        "recent",
+        "ci-java",
+        "n1",
+        finished_ago=timedelta(days=10),
+        ago=timedelta(days=11),
+    )
+    place("running", "ci-go", "n2", ago=timedelta(days=100))
     before = counts()
     stop, wake, rounds = threading.Event(), threading.Event(), []
     original = housekeeping.prune_ledger_now
@@ -67,7 +60,13 @@ def test_the_watchers_housekeeping_prunes_the_ledger_past_retention(settings):
     assert CountAdjustment.objects.filter(reason="pruned").exists()
     assert audit.audit_counts()[1] == []
     settings.KSSCHED_LEDGER_RETENTION_DAYS = 0
-    place("old-2", "ci-java", "n1", finished_days_ago=400, bound_days_ago=401)
+    place(
+        "old-2",
+        "ci-java",
+        "n1",
+        finished_ago=timedelta(days=400),
+        ago=timedelta(days=401),
+    )
     assert housekeeping.prune_ledger_now() == 0
 
 
@@ -75,8 +74,8 @@ def test_the_watchers_housekeeping_prunes_the_ledger_past_retention(settings):
 def test_pruning_goes_a_page_at_a_time_and_keeps_every_count(monkeypatch):
     monkeypatch.setattr(audit, "PAGE", 3)
     for i in range(10):
-        place(f"u{i}", f"ci-app{i % 2}", f"n{i % 3}", finished_days_ago=50)
-    place("kept", "ci-app0", "n0", finished_days_ago=1)
+        place(f"u{i}", f"ci-app{i % 2}", f"n{i % 3}", finished_ago=timedelta(days=50))
+    place("kept", "ci-app0", "n0", finished_ago=timedelta(days=1))
     before = counts()
     cutoff = timezone.now() - timedelta(days=30)
     assert audit.prune_placements(before=cutoff, actor="test") == 10

@@ -34,8 +34,10 @@ DAYS = 90
 
 
 def setup_django(env: dict[str, str]) -> None:
+    # Only what the bench sets: not the caller's database or settings module.
+    os.environ.pop("DATABASE_URL", None)
     os.environ.update(env)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kssched.settings")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "kssched.settings"
     sys.path.insert(0, str(REPO))
     import django
 
