@@ -9,13 +9,12 @@ sets `allowed` and, to change the pod, carries a base64 RFC 6902 JSON Patch with
 from __future__ import annotations
 
 import base64
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
 
-from history.validation import has_nul, nul_message
+from history.labels import label_value_problem
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -32,44 +31,6 @@ class AdmissionReviewError(Exception):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
-
-
-# A Kubernetes label value: at most 63 characters, alphanumeric at both ends, with
-# `-`, `_` and `.` between (apimachinery's IsValidLabelValue). The API server admits
-# no other value, so anything else did not come from a real pod.
-LABEL_VALUE_MAX_LENGTH = 63
-_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-
-
-def is_valid_label_value(value: str) -> bool:
-    """True when `value` is a label value the Kubernetes API server accepts.
-
-    The length is checked first, so a value of any size is judged in constant time.
-    """
-    return len(value) <= LABEL_VALUE_MAX_LENGTH and bool(_LABEL_VALUE.fullmatch(value))
-
-
-def label_value_problem(label: str, value: object) -> str | None:
-    """Why `value` cannot be the value of the pod label `label`, or None.
-
-    The one check of a pipeline label value, for the extender (a 400) and the
-    webhook (a warning): a string, no NUL character, and a value the API server
-    admits (at most 63 characters, checked first, so a value of any size is judged
-    at once). Nothing is looked up for a refused value.
-    """
-    if not isinstance(value, str):
-        return f"Pod label {label!r} must be a string"
-    if has_nul(value):
-        return nul_message(f"Pod label {label!r}")
-    if not is_valid_label_value(value):
-        shown = value if len(value) <= 80 else f"{value[:40]}...{value[-20:]}"
-        return (
-            f"Pod label {label!r} is not a valid Kubernetes label value "
-            f"({len(value)} characters, {shown!r}): at most "
-            f"{LABEL_VALUE_MAX_LENGTH} characters, alphanumeric at both ends, "
-            "'-', '_' and '.' between"
-        )
-    return None
 
 
 class PodShapeError(Exception):

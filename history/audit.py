@@ -8,15 +8,18 @@ ledger rows records a `pruned` adjustment, and removing the rows of a gone node 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Q, Sum
+from django.utils import timezone
 
 from history.labels import placement_keys
 from history.models import CountAdjustment, KeyNode, Placement
 from history.reader.pool import read_pool
+from history.replay import PAGE
 
 
 @dataclass(frozen=True)
@@ -41,40 +44,74 @@ class Drift:
 def audit_counts() -> tuple[int, list[Drift]]:
     """Compare every KeyNode count with ledger rows + recorded adjustments.
 
-    Returns (number of (key, node) pairs checked, drifts). Reads in one
-    transaction, so a placement committed meanwhile cannot show up as drift.
+    Returns (number of (key, node) pairs checked, drifts). It goes one node at a
+    time (each read served by an index on the node), so memory is that of one
+    node's pairs and the drifts, whatever the history's size. A placement changes
+    the rows of one node only, and each node is read in one short transaction, so
+    a placement committed meanwhile cannot show up as drift, and the watcher
+    waits for no more than one node's reads.
     """
-    placements: dict[tuple[str, str], int] = {}
-    adjustments: dict[tuple[str, str], int] = {}
-    counts: dict[tuple[str, str], int] = {}
-    with transaction.atomic():
-        for label, node, rows in (
-            Placement.objects.values_list("label", "node")
-            .annotate(rows=Count("id"))
-            .order_by()
-        ):
-            for key in placement_keys(label):
-                placements[key, node] = placements.get((key, node), 0) + rows
-        for key, node, total in (
-            CountAdjustment.objects.values_list("key", "node")
-            .annotate(total=Sum("delta"))
-            .order_by()
-        ):
-            adjustments[key, node] = total or 0
-        for key, node, count in KeyNode.objects.values_list("key", "node", "count"):
-            counts[key, node] = count
-    pairs = set(placements) | set(adjustments) | set(counts)
+    checked = 0
+    drifts: list[Drift] = []
+    for node in _audited_nodes():
+        with transaction.atomic():
+            found = _node_drifts(node)
+        checked += found[0]
+        drifts.extend(found[1])
+    drifts.sort(key=lambda d: (d.key, d.node))
+    return checked, drifts
+
+
+def _node_drifts(node: str) -> tuple[int, list[Drift]]:
+    """`audit_counts` for the pairs of one node."""
+    placements: dict[str, int] = {}
+    for label, rows in (
+        Placement.objects.filter(node=node)
+        .values_list("label")
+        .annotate(rows=Count("id"))
+        .order_by()
+    ):
+        for key in placement_keys(label):
+            placements[key] = placements.get(key, 0) + rows
+    adjustments = dict(
+        CountAdjustment.objects.filter(node=node)
+        .values_list("key")
+        .annotate(total=Sum("delta"))
+        .order_by()
+    )
+    counts = dict(KeyNode.objects.filter(node=node).values_list("key", "count"))
+    keys = sorted(set(placements) | set(adjustments) | set(counts))
     drifts = [
         Drift(
             key=key,
             node=node,
-            count=counts.get((key, node), 0),
-            placements=placements.get((key, node), 0),
-            adjustments=adjustments.get((key, node), 0),
+            count=counts.get(key, 0),
+            placements=placements.get(key, 0),
+            adjustments=adjustments.get(key) or 0,
         )
-        for key, node in sorted(pairs)
+        for key in keys
     ]
-    return len(pairs), [d for d in drifts if d.difference]
+    return len(keys), [drift for drift in drifts if drift.difference]
+
+
+def _audited_nodes() -> Iterator[str]:
+    """Every node with ledger rows, adjustments or counts, in name order: the next
+    one after the last is the least of each table's next (three indexed reads)."""
+    tables = (Placement.objects, CountAdjustment.objects, KeyNode.objects)
+    last: str | None = None
+    while True:
+        found = [
+            (manager if last is None else manager.filter(node__gt=last))
+            .order_by("node")
+            .values_list("node", flat=True)
+            .first()
+            for manager in tables
+        ]
+        nodes = [node for node in found if node is not None]
+        if not nodes:
+            return
+        last = min(nodes)
+        yield last
 
 
 def prunable_placements(*, before: datetime, include_unfinished: bool = False):
@@ -92,29 +129,53 @@ def prune_placements(
 
     Each (key, node) gets a `pruned` adjustment equal to the rows removed, so the
     audit still balances. Unfinished rows (pods never seen to end) are pruned too
-    when `include_unfinished` and they were bound before `before`. Returns the
-    number of rows deleted.
+    when `include_unfinished` and they were bound before `before`. Rows go `PAGE`
+    at a time in node order, each page with its adjustments in one transaction, so
+    memory and the length of a transaction do not grow with the ledger. Returns
+    the number of rows deleted.
     """
-    with transaction.atomic():
-        rows = prunable_placements(before=before, include_unfinished=include_unfinished)
-        removed: dict[tuple[str, str], int] = {}
-        for label, node, number in (
-            rows.values_list("label", "node").annotate(number=Count("id")).order_by()
-        ):
-            for key in placement_keys(label):
-                removed[key, node] = removed.get((key, node), 0) + number
-        deleted, _ = rows.delete()
-        CountAdjustment.objects.bulk_create(
-            CountAdjustment(
-                key=key,
-                node=node,
-                delta=number,
+    rows = prunable_placements(before=before, include_unfinished=include_unfinished)
+    deleted = 0
+    after: tuple[str, int] | None = None
+    while True:
+        page = rows.order_by("node", "pk")
+        if after is not None:
+            page = page.filter(Q(node__gt=after[0]) | Q(node=after[0], pk__gt=after[1]))
+        with transaction.atomic():
+            found = list(page.values_list("node", "pk", "label")[:PAGE])
+            if not found:
+                return deleted
+            removed: dict[tuple[str, str], int] = {}
+            for node, _, label in found:
+                for key in placement_keys(label):
+                    removed[key, node] = removed.get((key, node), 0) + 1
+            deleted += Placement.objects.filter(
+                pk__in=[pk for _, pk, _ in found]
+            ).delete()[0]
+            _add_adjustments(
+                sorted(removed.items()),
                 reason=CountAdjustment.Reason.PRUNED,
                 actor=actor,
             )
-            for (key, node), number in sorted(removed.items())
-        )
-    return deleted
+        after = found[-1][0], found[-1][1]
+
+
+def _add_adjustments(
+    changes: list[tuple[tuple[str, str], int]], *, reason: str, actor: str
+) -> None:
+    """Insert one adjustment per ((key, node), delta), PAGE rows per statement and
+    no model instances: the ORM's per-field preparation made a large prune slow."""
+    adapt = connection.ops.adapt_datetimefield_value
+    now = adapt(timezone.now())
+    table = connection.ops.quote_name(CountAdjustment._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} (key, node, delta, reason, actor, created) "
+        "VALUES (%s, %s, %s, %s, %s, %s)"
+    )
+    rows = [(key, node, delta, reason, actor, now) for (key, node), delta in changes]
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), PAGE):
+            cursor.executemany(sql, rows[start : start + PAGE])
 
 
 def gone_nodes(*, before: datetime) -> list[str]:

@@ -4,7 +4,7 @@ The old tool kept one table in its SQLite file, `key_node(id, podkey, nodename,
 count)`: one row per (segment key, node) pair with its count. It had no unique
 constraint, so repeated or concurrent runs left duplicate pairs, whose counts add
 up. Rows with no key, no node or no count, with a count that is not a positive
-whole number, with a key that is not one label segment (`labels.is_valid_key`) or
+whole number, with a key that is not one label segment (`labels.is_valid_segment`) or
 a node that is not a Kubernetes node name (`nodenames.is_valid_node_name`) can
 never score: they are left out and counted by reason.
 
@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from history import corrections
 from history.exceptions import OldHistoryError
-from history.labels import is_valid_key
+from history.labels import is_valid_segment
 from history.models import MAX_COUNT, CountAdjustment, HistoryImport, KeyNode
 from history.nodenames import is_valid_node_name
 
@@ -175,7 +175,9 @@ def _unusable(key: object, node: object, count: object) -> str | None:
     """Why a row cannot be imported, or None when it can."""
     if key is None or key == "":
         return NO_KEY
-    if not is_valid_key(key):
+    # The Go tool wrote segments only. A label-path key (`java$`, `jenkins-*`) would
+    # make a pipeline look warm where it never ran: it comes from no real label.
+    if not is_valid_segment(key):
         return BAD_KEY
     if node is None or node == "":
         return NO_NODE

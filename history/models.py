@@ -231,7 +231,11 @@ class CountAdjustment(models.Model):
 
     class Meta:
         ordering = ["-created"]
-        indexes = [models.Index(fields=["key", "node"], name="adjustment_key_node")]
+        indexes = [
+            models.Index(fields=["key", "node"], name="adjustment_key_node"),
+            # `audit_counts` reads one node at a time.
+            models.Index(fields=["node"], name="adjustment_node"),
+        ]
 
     def __str__(self):
         return f"{self.key} on {self.node}: {self.delta:+d} ({self.reason})"

@@ -23,7 +23,9 @@ def placements_with_key(*, key: str):
     `jenkins-java-maven` but not `javascript`. A prefix `jenkins-java-*` matches
     `jenkins-java` and the labels under it; a pipeline `jenkins-java$` matches
     that label only. Every match is case-sensitive on both databases, as the keys
-    are (`history.lookups`): `team-build-*` does not match `Team-Build-app`.
+    are (`history.lookups`): `team-build-*` does not match `Team-Build-app`. Path
+    keys keep a label's empty segments (`jenkins--*`, `jenkins--java$`), so the
+    match on the stored text is the count's.
     """
     kind = key_kind(key)
     if kind != "segment":

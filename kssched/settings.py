@@ -294,6 +294,9 @@ KSSCHED_HISTORY_CACHE_MB = ENV["KSSCHED_HISTORY_CACHE_MB"]
 # The rows of a node out of the pipeline pool this long are removed (prune_nodes,
 # run by the watcher once a day; 0 turns that off).
 KSSCHED_NODE_RETENTION_DAYS = ENV["KSSCHED_NODE_RETENTION_DAYS"]
+# Ledger rows of pods that ended longer ago than this are pruned by the watcher once
+# a day (prune_placements: counts do not change); 0 keeps the ledger forever.
+KSSCHED_LEDGER_RETENTION_DAYS = ENV["KSSCHED_LEDGER_RETENTION_DAYS"]
 # Full Node lists are large (1000 nodes are about 14 MB); only the extender routes
 # accept bodies this big, the rest of the site keeps Django's default limit. A body
 # may decode to at most 8 times this (extender.parsers): the deployment's memory

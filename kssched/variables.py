@@ -144,6 +144,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KSSCHED_HISTORY_CACHE_MB", "96", Number("a number of MiB", "96")),
     Variable("KSSCHED_NODE_RETENTION_DAYS", "90", _days("90", above=False)),
     Variable(
+        "KSSCHED_LEDGER_RETENTION_DAYS",
+        "90",
+        Number("a whole number of days", "90", above=False, whole=True, maximum=36500),
+    ),
+    Variable(
         "KSSCHED_MAX_BODY_BYTES",
         "16777216",
         _count("16777216", what="a whole number of bytes"),

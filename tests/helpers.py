@@ -46,8 +46,9 @@ def load_fixture(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 
 
-def place(uid, label, node, *, ago=None, finished=False):
-    """Record a placement through the real service, `ago` (a timedelta) in the past."""
+def place(uid, label, node, *, ago=None, finished=False, finished_ago=None):
+    """Record a placement through the real service, `ago` (a timedelta) in the past;
+    finished now with `finished`, or `finished_ago` (a timedelta) in the past."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -64,6 +65,8 @@ def place(uid, label, node, *, ago=None, finished=False):
     )
     if finished:
         finish_placement(pod_uid=uid)
+    if finished_ago is not None:
+        finish_placement(pod_uid=uid, finished_at=timezone.now() - finished_ago)
 
 
 def ran(label, node, *, now=None, times=1):

@@ -10,6 +10,7 @@ from history.watcher.pods import (
     IGNORE,
     RECORD,
     REJECT,
+    SKIP,
     Decision,
     NewPlacement,
     decide,
@@ -62,7 +63,6 @@ def test_every_event_type_and_a_listed_item_record_a_bound_pod(event_type):
     [
         {"label": "pipe"},  # not bound yet
         {"node": "n1", "label": None},  # no pipeline label
-        {"node": "n1", "label": "--"},  # a label without segments
         {"node": "n1", "scheduler": "default-scheduler"},
     ],
 )
@@ -93,13 +93,16 @@ def test_an_unbound_pod_never_finishes():
     assert (decision.action, decision.finish) == (IGNORE, False)
 
 
-def test_a_pod_whose_label_has_no_segments_still_finishes():
+@pytest.mark.parametrize("label", ["--", "jenkins-java$", "a" * 64])
+def test_a_pod_whose_label_is_not_a_label_value_is_skipped_but_finishes(label):
     decision = decide(
-        pod(node="n1", label="--", phase="Succeeded"),
+        pod(node="n1", label=label, phase="Succeeded"),
         options=OPTIONS,
         event_type="MODIFIED",
     )
-    assert (decision.action, decision.uid, decision.finish) == (FINISH, "u-1", True)
+    assert (decision.action, decision.uid, decision.finish) == (SKIP, "u-1", True)
+    assert decision.label == label
+    assert "not a valid Kubernetes label value" in decision.reason
     # The ended pod's times go with it: here none are usable.
     assert decision.timings is not None and decision.timings.unusable
 

@@ -20,6 +20,7 @@ from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.audit import audit_counts
 from history.corrections import create_key_node
 from history.importing import (
+    BAD_KEY,
     BAD_NODE,
     import_old_history,
     read_old_history_file,
@@ -143,6 +144,18 @@ def test_unusable_rows_are_skipped_and_reported_by_reason(tmp_path):
     assert HistoryImport.objects.get().skipped_reasons == expected
     for reason, rows in expected.items():
         assert f"  skipped {rows}: {reason}\n" in output
+
+
+def test_label_path_keys_and_non_label_characters_are_skipped(tmp_path):
+    rows = [
+        ("java$", "node-1", 5),
+        ("jenkins-*", "node-1", 5),
+        ("jénkins", "node-1", 2),
+        ("java", "node-1", 1),
+    ]
+    output = run_import(old_tool_file(tmp_path / "scheduler.db", rows))
+    assert counts() == {("java", "node-1"): 1}
+    assert f"  skipped 3: {BAD_KEY}\n" in output
 
 
 def test_node_names_up_to_the_column_length_are_kept(tmp_path):

@@ -12,8 +12,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from extender.admission import is_valid_label_value
 from extender.parsers import estimate_decoded_bytes
+from history.labels import is_valid_label_value
 from history.ledger import increment_key_nodes
 from tests.helpers import load_fixture, run_gunicorn
 

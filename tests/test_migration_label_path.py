@@ -71,3 +71,35 @@ def test_the_migration_writes_what_the_ledger_writes(migrate_back_and_forth):
     assert dict(Placement.objects.values_list("pod_uid", "warmth")) == judged
     assert KeyNode.objects.get(key="java", node="n9").count == 4
     assert audit.audit_counts()[1] == []
+
+
+def test_labels_that_are_not_label_values_are_skipped_and_logged_once(
+    migrate_back_and_forth, caplog
+):
+    # Over 251 characters, a path key would not fit the 253 of KeyNode.key: on
+    # PostgreSQL the migration failed with StringDataRightTruncation.
+    long_label = "-".join(["seg"] * 63) + "x"
+    invalid = [long_label, "jenkins-java$", "jenkins-*", "jénkins-java"]
+    for i, label in enumerate([*invalid, *invalid, "jenkins-java"]):
+        record_placement(
+            pod_uid=f"u{i}", namespace="ci", name=f"p{i}", label=label, node="n1"
+        )
+    assert len(long_label) > 251
+
+    with caplog.at_level("WARNING", logger="history.replay"):
+        migrate_back_and_forth()
+
+    assert sorted(key for key, _ in path_rows()) == [
+        "jenkins-*",
+        "jenkins-java$",
+        "jenkins-java-*",
+    ]
+    assert KeyNode.objects.get(key="jenkins-java$").count == 1
+    named = [
+        r.getMessage() for r in caplog.records if "skipped the ledger" in r.getMessage()
+    ]
+    assert len(named) == len(invalid)
+    assert any(
+        "skipped 8 ledger rows of 4 labels" in r.getMessage() for r in caplog.records
+    )
+    assert audit.audit_counts()[1] == []

@@ -8,7 +8,7 @@ import pytest
 
 from history.models import Placement
 from history.watcher import metrics
-from history.watcher.placement_events import TokenBucket
+from history.watcher.placement_events import TokenBucket, event_name
 from tests.fakeapi import FakeApiServer, StatusAction, make_pod
 from tests.helpers import place, watch_once
 from tests.test_settings import run_manage
@@ -161,3 +161,28 @@ def test_a_bad_event_rate_is_refused_at_startup(tmp_path):
     )
     assert result.returncode != 0
     assert "KSSCHED_PLACEMENT_EVENTS_PER_SECOND" in result.stderr
+
+
+def test_long_pod_names_give_event_names_the_api_server_accepts(server, tmp_path):
+    # Pod names up to 253 characters are valid; `{pod}.{time_ns:x}` was 270.
+    head = "build-" + "x" * 220 + "-"  # the cut falls just after the "-"
+    names = [head + "a" * (253 - len(head)), head + "b" * (253 - len(head))]
+    for name in names:
+        server.add_pod(make_pod(name, label=LABEL, node="n1"))
+    watch_once(server, tmp_path)
+    events = server.objects("events")
+    assert sorted(e["regarding"]["name"] for e in events) == names
+    event_names = [e["metadata"]["name"] for e in events]
+    assert len(set(event_names)) == 2
+    assert all(len(name) <= 253 for name in event_names)
+
+
+def test_event_names_stay_unique_within_the_limit():
+    short = event_name("build-1", 0x1234)
+    assert short == "build-1.1234"
+    long_a, long_b = ("p" * 240 + "-" + tail for tail in ("a" * 12, "b" * 12))
+    first, second = event_name(long_a, 2**62), event_name(long_b, 2**62)
+    assert first != second
+    assert len(first) == len(second) == 253
+    assert first.startswith("p" * 200)
+    assert "-." not in first and ".." not in first

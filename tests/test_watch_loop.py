@@ -64,7 +64,7 @@ def test_duplicates_out_of_order_replays_and_noise_count_each_uid_once(api, serv
         event("DELETED", bound("web-0", "n1", uid="u-e1", label="web", rv="10")),
         event("ADDED", bound("web-0", "n1", uid="u-e2", label="web", rv="11")),
         # Seen only at deletion (bound and deleted while disconnected).
-        event("DELETED", bound("f", "n3", uid="u-f", label="batch--etl-", rv="12")),
+        event("DELETED", bound("f", "n3", uid="u-f", label="batch--etl", rv="12")),
         bookmark("20"),
         event("DELETED", bound("b", "n1", uid="u-b", label="jenkins-java", rv="21")),
     ]
@@ -110,7 +110,7 @@ def test_duplicates_out_of_order_replays_and_noise_count_each_uid_once(api, serv
             ("jenkins-go", "n2"),
             ("jenkins-java", "n1"),
             ("web", "n1"),
-            ("batch--etl-", "n3"),
+            ("batch--etl", "n3"),
         )
     )
 

@@ -1,7 +1,9 @@
 """Daily housekeeping, done by the watcher that holds the lease (one replica):
 remove the rows of nodes gone longer than KSSCHED_NODE_RETENTION_DAYS
-(`history.audit.prune_gone_nodes`). A failure is logged and tried again next time;
-it never stops the streams.
+(`history.audit.prune_gone_nodes`), and the ledger rows of pods that ended longer
+ago than KSSCHED_LEDGER_RETENTION_DAYS (`history.audit.prune_placements`, which
+keeps every count). A failure is logged and tried again next time; it never stops
+the streams.
 """
 
 from __future__ import annotations
@@ -37,6 +39,20 @@ def prune_gone_nodes_now() -> int:
     return removed
 
 
+def prune_ledger_now() -> int:
+    """One round: the ledger rows of pods that ended before the retention period."""
+    days = settings.KSSCHED_LEDGER_RETENTION_DAYS
+    if days <= 0:
+        return 0
+    cutoff = timezone.now() - timedelta(days=days)
+    removed = audit.prune_placements(before=cutoff, actor="watch_pods")
+    if removed:
+        logger.info(
+            "Pruned %d ledger rows of pods that ended before %s", removed, cutoff
+        )
+    return removed
+
+
 def run(
     until: Callable[[], bool],
     wake: threading.Event,
@@ -49,13 +65,19 @@ def run(
     while not until():
         if wake.wait(delay) and until():
             return
-        try:
-            prune_gone_nodes_now()
-        except DatabaseError as exc:
-            logger.warning("Housekeeping failed, tried again later: %s", exc)
-        finally:
-            close_old_connections()
+        _attempt(prune_gone_nodes_now)
+        _attempt(prune_ledger_now)
         delay = every
+
+
+def _attempt(work: Callable[[], int]) -> None:
+    """One housekeeping job; a database failure waits for the next round."""
+    try:
+        work()
+    except DatabaseError as exc:
+        logger.warning("Housekeeping failed, tried again later: %s", exc)
+    finally:
+        close_old_connections()
 
 
 def start(until: Callable[[], bool], wake: threading.Event) -> threading.Thread:

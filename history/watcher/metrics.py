@@ -53,6 +53,12 @@ try:
         "Bound pods seen again whose UID was already in the ledger.",
         registry=REGISTRY,
     )
+    PODS_INVALID_LABEL = Counter(
+        "pods_invalid_label",
+        "Pod states skipped because their pipeline label is not a valid Kubernetes "
+        "label value (each such label is logged once).",
+        registry=REGISTRY,
+    )
     RELISTS = Counter(
         "relists",
         "Full lists of pods (start without a checkpoint, or after 410 Gone).",

@@ -19,6 +19,7 @@ queue is written for at most `CLOSE_SECONDS`.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import queue
 import threading
@@ -49,6 +50,10 @@ OTHER_REASON = "Placement"
 NOTE_MAX_BYTES = 1024
 # At most this many keys are named in the note (a label has few segments).
 NOTE_MAX_KEYS = 12
+# The API server refuses an object name longer than this (a DNS subdomain).
+NAME_MAX_LENGTH = 253
+# Hex digits of the hash of the pod name that stand for its cut-off tail.
+NAME_HASH_DIGITS = 8
 # Events waiting to be written beyond this many are dropped (and counted).
 QUEUE_SIZE = 100
 # On stop, queued Events are written for at most this many seconds.
@@ -259,14 +264,29 @@ class PlacementEvents:
         return "failed"
 
 
+def event_name(pod: str, time_ns: int) -> str:
+    """The Event's name: `{pod}.{time_ns:x}`, as client-go names Events, within
+    NAME_MAX_LENGTH characters. A pod name too long for that keeps its head, cut
+    back to end with a letter or digit (a DNS subdomain has no `-.` or `..`), and a
+    hash of the whole name, so two long names that share the head still differ:
+    `{head}-{sha256(pod)[:8]}.{time_ns:x}`."""
+    suffix = f".{time_ns:x}"
+    if len(pod) + len(suffix) <= NAME_MAX_LENGTH:
+        return pod + suffix
+    digest = hashlib.sha256(pod.encode()).hexdigest()[:NAME_HASH_DIGITS]
+    room = NAME_MAX_LENGTH - len(suffix) - len(digest) - 1
+    head = pod[:room].rstrip("-.")
+    return f"{head}-{digest}{suffix}"
+
+
 def body(event: PlacementEvent, writer: PlacementEvents) -> dict[str, Any]:
-    """The events.k8s.io/v1 Event, named as client-go names Events."""
+    """The events.k8s.io/v1 Event, named as client-go names Events (`event_name`)."""
     now = datetime.now(UTC)
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {
-            "name": f"{event.pod}.{time.time_ns():x}",
+            "name": event_name(event.pod, time.time_ns()),
             "namespace": event.namespace,
         },
         "eventTime": micro_time(now),

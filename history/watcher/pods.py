@@ -34,12 +34,15 @@ RECORD = "record"
 FINISH = "finish"
 IGNORE = "ignore"
 REJECT = "reject"
+# The pod's pipeline label is not a valid Kubernetes label value: skipped, counted.
+SKIP = "skip"
 
 # What writing a decision did (the watcher's placement metrics count these).
 RECORDED = "recorded"
 DUPLICATE = "duplicate"
 IGNORED = "ignored"
 REJECTED = "rejected"
+INVALID_LABEL = "invalid_label"
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class Decision:
 
     `action` is RECORD (with `placement`; `finish` too when the pod has already
     ended), FINISH (close the pod's ledger row, if it has one), IGNORE or REJECT
-    (with `reason`).
+    (with `reason`), or SKIP (with `label` and `reason`: the label is not a valid
+    Kubernetes label value; `finish` when the pod ended, for a row recorded before).
     """
 
     action: str
@@ -72,17 +76,18 @@ class Decision:
     # The startup, run time and outcome this pod state carries, if any.
     timings: Timings | None = None
     reason: str = ""
+    label: str = ""
 
 
 def decide(pod: Any, *, options: Options, event_type: str) -> Decision:
     """Does this pod state count, and how? Pure: no database, no clock.
 
     A pod counts when its schedulerName is ours (or any, with `any_scheduler`), its
-    pipeline label has at least one
-    segment and it is bound to a node (with `count_when="running"`: once it runs or
-    has succeeded). It ends when it succeeded or failed, or on a DELETED event that
-    still carries the label; a DELETED event without the label means the label was
-    removed while the pod keeps running.
+    pipeline label is a valid Kubernetes label value (else SKIP) with at least
+    one segment, and it is bound to a node (with `count_when="running"`: once it
+    runs or has succeeded). It ends when it succeeded or failed, or on a DELETED
+    event that still carries the label; a DELETED event without the label means
+    the label was removed while the pod keeps running.
     """
     meta, spec, status = (_mapping(pod, key) for key in ("metadata", "spec", "status"))
     if meta is None or spec is None or status is None or not meta.get("uid"):
@@ -99,6 +104,21 @@ def decide(pod: Any, *, options: Options, event_type: str) -> Decision:
     ended = bool(node) and (
         phase in ("Succeeded", "Failed") or (event_type == "DELETED" and bool(label))
     )
+    problem = (
+        labels.label_value_problem(options.pipeline_label, label) if label else None
+    )
+    if label and problem:
+        # The API server admits no such value; a source that does (a proxy, a
+        # test server) must not write keys no real pod has (`java$` from
+        # `jenkins-java$`). An ended pod still closes a row recorded before.
+        return Decision(
+            SKIP,
+            uid,
+            finish=ended,
+            timings=pod_timings(pod),
+            reason=problem,
+            label=label,
+        )
     counts_now = options.count_when == "bound" or phase in ("Running", "Succeeded")
     if label and node and counts_now and labels.split_pipeline_label(label):
         placement = NewPlacement(
@@ -149,6 +169,8 @@ class PodHandler:
         # later event of the same pod (running, finished) skips the ledger's
         # duplicate check. Bounded; a pod that fell out is checked in the database.
         self._in_ledger: OrderedDict[str, None] = OrderedDict()
+        # Invalid label values seen: each logged once (a bounded set), all counted.
+        self.invalid_labels = labels.InvalidLabels()
         self.selectors = Selectors(
             namespace=options.namespace,
             label_selector=options.pipeline_label,
@@ -161,6 +183,14 @@ class PodHandler:
         decision = decide(obj, options=self.options, event_type=type_)
         if decision.action == REJECT:
             logger.warning("Skipping pod without uid or spec: %.300r", obj)
+        elif decision.action == SKIP and self.invalid_labels.is_first(decision.label):
+            meta = obj.get("metadata") or {}
+            logger.warning(
+                "Skipping pod %s/%s and every later pod of this label: %s",
+                meta.get("namespace", ""),
+                meta.get("name", ""),
+                decision.reason,
+            )
         return decision
 
     def write(self, decisions: list[Decision]) -> list[str]:
@@ -170,7 +200,7 @@ class PodHandler:
     def _write_one(self, decision: Decision) -> str:
         if decision.action == REJECT:
             return REJECTED
-        outcome = IGNORED
+        outcome = INVALID_LABEL if decision.action == SKIP else IGNORED
         if decision.placement is not None and decision.uid in self._in_ledger:
             self._in_ledger.move_to_end(decision.uid)
             outcome = DUPLICATE
@@ -223,3 +253,5 @@ class PodHandler:
                 metrics.PLACEMENTS_RECORDED.inc()
             elif outcome == DUPLICATE:
                 metrics.PLACEMENTS_DUPLICATE.inc()
+            elif outcome == INVALID_LABEL:
+                metrics.PODS_INVALID_LABEL.inc()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 from typing import Any
 
 from tests.fakeapi.actions import conflict
@@ -122,6 +123,11 @@ def write_object(store: Store, rec: RecordedRequest) -> tuple[int, Any]:
 # What the API server's validation of events.k8s.io/v1 Events requires of a new one.
 EVENT_REQUIRED = ("eventTime", "reportingController", "reportingInstance", "action")
 EVENT_NOTE_MAX_BYTES = 1024
+# An object name: a DNS-1123 subdomain of at most 253 characters.
+NAME_MAX_LENGTH = 253
+DNS_SUBDOMAIN = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
 
 
 def event_errors(body: dict[str, Any], namespace: str | None) -> str:
@@ -129,6 +135,17 @@ def event_errors(body: dict[str, Any], namespace: str | None) -> str:
     errors = [
         f"{field}: Required value" for field in EVENT_REQUIRED if not body.get(field)
     ]
+    name = str(body.get("metadata", {}).get("name", ""))
+    if len(name) > NAME_MAX_LENGTH:
+        errors.append(
+            f"metadata.name: Invalid value: must be no more than {NAME_MAX_LENGTH} "
+            "characters"
+        )
+    elif not DNS_SUBDOMAIN.fullmatch(name):
+        errors.append(
+            "metadata.name: Invalid value: a lowercase RFC 1123 subdomain must "
+            "consist of lower case alphanumeric characters, '-' or '.'"
+        )
     if body.get("type") not in ("Normal", "Warning"):
         errors.append("type: Unsupported value")
     if not body.get("reason") or len(body["reason"]) > 128:
