@@ -76,7 +76,10 @@ def test_a_label_with_many_segments_is_refused_quickly(segments, url):
     assert len(error) < 400
     # No history is read for it, and the answer does not grow with the value: the
     # parse of a 2 MB body is all that is left (generous bound for busy machines).
-    assert len(queries) == 0
+    # The only statement allowed is the pod log's prune, which runs after any reply
+    # once a minute (`after_request`), so in a long run it may fall on this one.
+    reads = [q["sql"] for q in queries if not q["sql"].startswith("DELETE FROM")]
+    assert reads == []
     assert elapsed < 2.0, f"{segments} segments took {elapsed:.2f} s"
 
 
