@@ -10,9 +10,14 @@ read only when KSSCHED_READ_DOT_ENV=1. In a checkout, `make run` writes that fil
 from datetime import timedelta
 from pathlib import Path
 
+import django_stubs_ext
 import environ
 
 from kssched import __version__, config, variables
+
+# Django's generic classes (admin.ModelAdmin[KeyNode]) subscriptable at runtime, as
+# django-stubs types them (`mypy --strict`).
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
