@@ -99,8 +99,8 @@ lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff format --check .
 
 # The import layers (history never imports extender, no cycles; pyproject.toml) and
-# the types of the application code (mypy.ini: every function body checked, strict
-# for the ledger and the watcher).
+# the types of the application code (mypy.ini: `mypy --strict` on every application
+# module).
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy

@@ -10,8 +10,11 @@ It lives in `extender` because it asks the scoring strategy to explain itself;
 kssched/urls.py mounts it inside the admin (login and staff required).
 """
 
+from typing import Any
+
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from extender.scoring.rules import MAX_SCORE
@@ -60,7 +63,7 @@ OUTCOME_BAR = 16
 OUTCOME_GROUP_GAP = 14
 
 
-def outcome_chart(figures: dict[str, dict]) -> dict | None:
+def outcome_chart(figures: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """Geometry of the startup/run chart for one report section ({warmth: S}).
 
     One group per warmth class with a bar per measure: its length is the median,
@@ -118,7 +121,7 @@ def outcome_chart(figures: dict[str, dict]) -> dict | None:
     }
 
 
-def outcome_cells(figures: dict) -> list[str]:
+def outcome_cells(figures: dict[str, Any]) -> list[str]:
     """One warmth class as table cells: runs, failed, then p50/p90 in seconds."""
     names = ("startup_p50", "startup_p90", "run_p50", "run_p90")
     return [str(figures["runs"]), str(figures["failed"])] + [
@@ -126,7 +129,7 @@ def outcome_cells(figures: dict) -> list[str]:
     ]
 
 
-def saved_headline(report: dict) -> dict:
+def saved_headline(report: dict[str, Any]) -> dict[str, Any]:
     """The time saved over the report's pipelines, or why it is not known."""
     total, counted = outcomes.total_saved(report)
     reason = None
@@ -153,7 +156,9 @@ def known_nodes() -> list[str]:
     return sorted(names)
 
 
-def chart_bars(explanation: list[dict], segments: int) -> list[dict]:
+def chart_bars(
+    explanation: list[dict[str, Any]], segments: int
+) -> list[dict[str, Any]]:
     """Bar geometry for the nodes whose score comes from history, highest score first.
 
     A bar's length is the node's score (0 to MAX_SCORE, written on the bar); a light
@@ -201,7 +206,7 @@ def chart_bars(explanation: list[dict], segments: int) -> list[dict]:
     return bars
 
 
-def detail_text(value) -> str:
+def detail_text(value: object) -> str:
     if value is None or value == "":
         return "-"
     if isinstance(value, float):
@@ -209,7 +214,7 @@ def detail_text(value) -> str:
     return str(value)
 
 
-def pipeline_view(request):
+def pipeline_view(request: HttpRequest) -> TemplateResponse:
     """GET /admin/pipeline/?q=<key or label>."""
     if not can_view_history(request.user):
         raise PermissionDenied

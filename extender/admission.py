@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import orjson
 
@@ -47,7 +48,7 @@ class AdmissionRequest:
     """The parts of `request` the webhook reads."""
 
     uid: str
-    kind: dict
+    kind: dict[str, Any]
     operation: str
     object: object
     namespace: str
@@ -73,7 +74,7 @@ class AdmissionRequest:
         return f"{self.namespace or '?'}/{name or '?'}"
 
 
-def parse_admission_review(data) -> AdmissionRequest:
+def parse_admission_review(data: object) -> AdmissionRequest:
     """Check a decoded body and return its request.
 
     Raises AdmissionReviewError naming the first problem: not an object, another
@@ -108,11 +109,11 @@ def parse_admission_review(data) -> AdmissionRequest:
 
 
 def admission_response(
-    uid: str, *, patch: list[dict] | None = None, warnings: Sequence[str] = ()
-) -> dict:
+    uid: str, *, patch: list[dict[str, Any]] | None = None, warnings: Sequence[str] = ()
+) -> dict[str, Any]:
     """The AdmissionReview answer: allowed, with `patch` (JSON Patch operations) when
     given and non-empty, and `warnings` when any."""
-    response: dict = {"uid": uid, "allowed": True}
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
@@ -121,7 +122,7 @@ def admission_response(
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
-def pod_label(pod: dict, label: str) -> str | None:
+def pod_label(pod: dict[str, Any], label: str) -> str | None:
     """The value of `label` on `pod`, None when absent; PodShapeError when the
     metadata is not shaped like a Pod's.
 
@@ -144,10 +145,11 @@ def pod_label(pod: dict, label: str) -> str | None:
     problem = label_value_problem(label, value)
     if problem:
         raise PodShapeError(problem)
-    return value
+    # label_value_problem refused every value but a string.
+    return cast(str, value)
 
 
-def pod_spec(pod: dict) -> dict:
+def pod_spec(pod: dict[str, Any]) -> dict[str, Any]:
     """`pod.spec`, or PodShapeError."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
@@ -155,7 +157,7 @@ def pod_spec(pod: dict) -> dict:
     return spec
 
 
-def preferred_term(node: str, weight: int) -> dict:
+def preferred_term(node: str, weight: int) -> dict[str, Any]:
     """A PreferredSchedulingTerm that matches the node named `node`."""
     return {
         "weight": weight,
@@ -167,7 +169,9 @@ def preferred_term(node: str, weight: int) -> dict:
     }
 
 
-def affinity_patch(pod: dict, terms: Sequence[dict]) -> list[dict]:
+def affinity_patch(
+    pod: dict[str, Any], terms: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """JSON Patch operations that append `terms` to the pod's preferred node affinity.
 
     Only `add` operations: an absent `affinity`, `nodeAffinity` or preferred list is

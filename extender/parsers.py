@@ -8,10 +8,13 @@ from the body before it is decoded (`estimate_decoded_bytes`). Chunked bodies
 
 import gc
 import io
+from collections.abc import Mapping
+from typing import IO, Any
 
 import orjson
 from django.conf import settings
 from django.core.signals import request_started
+from django.http import HttpRequest
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import BaseParser
@@ -64,7 +67,7 @@ def max_decoded_bytes(body_limit: int) -> int:
     return DECODED_BYTES_PER_BODY_BYTE * body_limit
 
 
-def read_unsized_body(request, limit: int | None) -> None:
+def read_unsized_body(request: HttpRequest, limit: int | None) -> None:
     """Read a chunked request body (no Content-Length) up to `limit` bytes.
 
     Django reads only Content-Length bytes from a request, so it sees a chunked body
@@ -112,7 +115,13 @@ class ORJSONParser(BaseParser):
 
     media_type = "application/json"
 
-    def parse(self, stream, media_type=None, parser_context=None):
+    # Any JSON value (a list too): the stub's Mapping is narrower than DRF's parsers.
+    def parse(
+        self,
+        stream: IO[Any],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:
         parser_context = parser_context or {}
         view = parser_context.get("view")
         limit = getattr(view, "max_body_bytes", None)
@@ -154,7 +163,7 @@ def check_decoded_size(body: bytes, limit: int) -> None:
         )
 
 
-def parse_json(body: bytes):
+def parse_json(body: bytes) -> Any:
     """orjson.loads, with the cyclic garbage collector paused for large bodies.
 
     Decoding 1000 full Node objects creates about a million objects. With the
@@ -173,7 +182,7 @@ def parse_json(body: bytes):
     return orjson.loads(body)
 
 
-def resume_gc(**kwargs):
+def resume_gc(**kwargs: Any) -> None:
     """Turn the collector back on if `parse_json` paused it (request_started)."""
     global _gc_paused
     if _gc_paused:

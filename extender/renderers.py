@@ -1,8 +1,13 @@
 """Response rendering for the extender and the version endpoint."""
 
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
 import orjson
 from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
+from rest_framework.request import Request
 
 from extender.wire import HostPriorityList
 
@@ -14,7 +19,12 @@ class ORJSONRenderer(BaseRenderer):
     format = "json"
     charset = None
 
-    def render(self, data, accepted_media_type=None, renderer_context=None):
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
         if data is None:
             return b""
         if isinstance(data, HostPriorityList):
@@ -29,7 +39,12 @@ class PlainTextRenderer(BaseRenderer):
     format = "txt"
     charset = "utf-8"
 
-    def render(self, data, accepted_media_type=None, renderer_context=None):
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
         return f"{data}\n".encode()
 
 
@@ -41,11 +56,19 @@ class ExtenderContentNegotiation(DefaultContentNegotiation):
     declared as JSON: kube-scheduler always sends `Content-Type: application/json`.
     """
 
-    def select_renderer(self, request, renderers, format_suffix=None):
+    # DRF passes a list of renderers (the stub says any Iterable).
+    def select_renderer(  # type: ignore[override]
+        self,
+        request: Request,
+        renderers: Sequence[BaseRenderer],
+        format_suffix: str | None = None,
+    ) -> tuple[BaseRenderer, str]:
         renderer = renderers[0]
         return renderer, renderer.media_type
 
-    def select_parser(self, request, parsers):
+    def select_parser(
+        self, request: Request, parsers: Iterable[BaseParser]
+    ) -> BaseParser | None:
         """The parser whose media type is the request's Content-Type, or None (415).
 
         Parameters (`; charset=utf-8`) and letter case do not matter, but wildcards

@@ -9,12 +9,16 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from rest_framework import exceptions
-from rest_framework.permissions import AllowAny
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
+from rest_framework.permissions import AllowAny, BasePermission
+from rest_framework.renderers import BaseRenderer
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler
 
@@ -61,38 +65,46 @@ class ExtenderView(APIView):
     throttle_classes = []
 
     @property
-    def max_body_bytes(self):
+    def max_body_bytes(self) -> int:
         return settings.KSSCHED_MAX_BODY_BYTES
 
     # Parsers, renderers, the negotiator and AllowAny keep no state between
     # requests: made once per class instead of on every call (DRF makes them per
     # request). Throttles do keep state, and there are none.
 
-    def get_parsers(self):
+    # DRF only iterates what these return: a shared tuple (the stub says list).
+    def get_parsers(self) -> tuple[BaseParser, ...]:  # type: ignore[override]
         return _instances(tuple(self.parser_classes))
 
-    def get_renderers(self):
+    def get_renderers(self) -> tuple[BaseRenderer, ...]:  # type: ignore[override]
         return _instances(tuple(self.renderer_classes))
 
-    def get_permissions(self):
+    def get_permissions(self) -> tuple[BasePermission, ...]:
         return _instances(tuple(self.permission_classes))
 
-    def get_content_negotiator(self):
-        return _instances((self.content_negotiation_class,))[0]
+    def get_content_negotiator(self) -> BaseContentNegotiation:
+        # functools.cache's type keeps no type variables: the instance's is said here.
+        negotiator: BaseContentNegotiation = _instances(
+            (self.content_negotiation_class,)
+        )[0]
+        return negotiator
 
-    def initial(self, request, *args, **kwargs):
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         # A chunked body has no Content-Length: read it here, where a 413 or 408
         # is answered like any other error of the request.
         read_unsized_body(request._request, self.max_body_bytes)
         super().initial(request, *args, **kwargs)
 
-    def perform_authentication(self, request):
+    def perform_authentication(self, request: Request) -> None:
         """Nothing to do up front: there are no authenticators, and DRF resolves
         `request.user` (None) lazily if anything asks for it."""
 
-    def finalize_response(self, request, response, *args, **kwargs):
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
-        response._resource_closers.append(self.release_body)
+        # Django's list of what close() calls; it has no public way to add one.
+        response._resource_closers.append(self.release_body)  # type: ignore[attr-defined]
         return response
 
     def measured(
@@ -108,7 +120,7 @@ class ExtenderView(APIView):
         )
         return response
 
-    def release_body(self):
+    def release_body(self) -> None:
         """Drop the decoded body and the reply data once the response is sent.
 
         DRF links view, request and response in a reference cycle, so without this
@@ -160,7 +172,7 @@ def read_history(read: Callable[[], T]) -> T:
 class AlwaysTruePredicateView(ExtenderView):
     """Filter verb `predicates/alwaystrue`: every candidate node passes."""
 
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         args = parse_extender_args(request.data)
         result = extender_filter_result(args)
         logger.debug("Filter for pod %s passed all nodes", args.pod_ref())
@@ -170,7 +182,7 @@ class AlwaysTruePredicateView(ExtenderView):
 class PipelinePriorityView(ExtenderView):
     """Prioritize verb `priorities/pipeline`: one score 0..10 per candidate node."""
 
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         started = time.perf_counter()
         # The history's sync starts now and runs while the body is parsed.
         with reading_ahead():
@@ -202,7 +214,7 @@ class ExplainView(ExtenderView):
     history), see `extender.webhook.explain_webhook`.
     """
 
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         args = parse_extender_args(request.data)
         name = request.query_params.get("strategy") or None
         try:
@@ -234,7 +246,7 @@ class VersionView(APIView):
     permission_classes = [AllowAny]
     renderer_classes = [PlainTextRenderer, ORJSONRenderer]
 
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         version = settings.KSSCHED_VERSION or __version__
         if request.accepted_renderer.format == "txt":
             return Response(version)
@@ -242,12 +254,14 @@ class VersionView(APIView):
 
 
 @functools.cache
-def _instances(classes: tuple) -> tuple:
+def _instances(classes: tuple[type[T], ...]) -> tuple[T, ...]:
     """One shared instance of each of `classes` (stateless DRF components)."""
     return tuple(cls() for cls in classes)
 
 
-def extender_exception_handler(exc, context):
+def extender_exception_handler(
+    exc: Exception, context: dict[str, Any]
+) -> Response | None:
     """DRF's handler everywhere; on extender routes, errors as `{"Error": "..."}`.
 
     A malformed request is logged at WARNING with what is wrong and answered with a
@@ -270,9 +284,9 @@ def extender_exception_handler(exc, context):
     return response
 
 
-def _error_message(exc) -> str:
+def _error_message(exc: Exception) -> str:
     if isinstance(exc, exceptions.ValidationError):
-        message = getattr(exc, "message", None)
+        message: str | None = getattr(exc, "message", None)
         if message:
             return message
     detail = getattr(exc, "detail", exc)

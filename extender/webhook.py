@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import DatabaseError
 from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -48,6 +51,10 @@ from history.labels import split_pipeline_label
 from history.nodenames import is_valid_node_name
 from history.reader import history_reader
 
+if TYPE_CHECKING:
+    from extender.scoring.strategies import Strategy
+    from history.reader import HistoryReader
+
 logger = logging.getLogger(__name__)
 
 WARNING_PREFIX = "ks-scheduler: "
@@ -59,7 +66,7 @@ WARNING_PREFIX = "ks-scheduler: "
 MAX_STEERED_PER_LABEL = 64
 
 
-def pod_decision(pod: dict, namespace: str = "") -> tuple[str | None, str]:
+def pod_decision(pod: dict[str, Any], namespace: str = "") -> tuple[str | None, str]:
     """(label, why) for a pod being created in `namespace` (else the one its
     metadata names): the label when the webhook should add terms, else None and
     the reason. Raises PodShapeError for a malformed pod.
@@ -86,13 +93,13 @@ def pod_decision(pod: dict, namespace: str = "") -> tuple[str | None, str]:
     return label, "pipeline pod"
 
 
-def _pod_namespace(pod: dict) -> str:
+def _pod_namespace(pod: dict[str, Any]) -> str:
     metadata = pod.get("metadata")
     namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
     return namespace if isinstance(namespace, str) else ""
 
 
-def patch_terms(plan: Plan) -> list[dict]:
+def patch_terms(plan: Plan) -> list[dict[str, Any]]:
     """The preferred terms for `plan`'s nodes, leaving out any stored node name the
     API server would not accept (a row written before names were checked, see
     `history.nodenames`): a pod given such a term is rejected."""
@@ -103,14 +110,14 @@ def patch_terms(plan: Plan) -> list[dict]:
     ]
 
 
-def patch_for(pod: dict, plan: Plan) -> list[dict]:
+def patch_for(pod: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
     """The JSON Patch that adds `plan`'s terms to `pod` (empty without terms)."""
     return affinity_patch(pod, patch_terms(plan))
 
 
 def answer_review(
     request: AdmissionRequest, *, memory: SteeringMemory, now: float
-) -> dict:
+) -> dict[str, Any]:
     """The AdmissionReview answer for `request`: always allowed; a patch for a new
     pipeline pod with warm nodes; a warning when the pod or the history cannot be
     read. Remembers the steered pod unless the request is a dry run."""
@@ -168,13 +175,13 @@ class WebhookMutateView(APIView):
     throttle_classes = []
     http_method_names = ["post", "options"]
 
-    def initial(self, request, *args, **kwargs):
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         # The API server may send the review chunked (no Content-Length), which
         # Django reads as empty: read it here, up to the parser's limit.
         read_unsized_body(request._request, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
         super().initial(request, *args, **kwargs)
 
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         started = time.perf_counter()
         try:
             review = parse_admission_review(request.data)
@@ -191,13 +198,15 @@ class WebhookMutateView(APIView):
         return Response(answer)
 
 
-def _bad_request(request, message: str) -> Response:
+def _bad_request(request: Request, message: str) -> Response:
     """A 400 for a body that is not an AdmissionReview (logged at WARNING)."""
     logger.warning("Rejected %s with 400: %s", request.path, message)
     return Response({"detail": message}, status=400)
 
 
-def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
+def explain_webhook(
+    pod: dict[str, Any], *, strategy: str | None = None
+) -> dict[str, Any]:
     """The dry run behind `POST /scheduler/explain?mode=webhook`: the terms the
     webhook would add to `pod` now, the patch, and each scored node's reasons.
 
@@ -208,7 +217,7 @@ def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
     """
     memory = process_memory()
     label, reason = pod_decision(pod)
-    body: dict = {
+    body: dict[str, Any] = {
         "mode": "webhook",
         "strategy": strategy or settings.KSSCHED_SCORING,
         "label": pod_label(pod, settings.KSSCHED_PIPELINE_LABEL),
@@ -267,6 +276,6 @@ def explain_webhook(pod: dict, *, strategy: str | None = None) -> dict:
     return body
 
 
-def _named(name: str | None):
+def _named(name: str | None) -> Callable[[HistoryReader], Strategy]:
     """A strategy factory for `plan_terms` (None: the configured strategy)."""
     return lambda reader: get_strategy(name, reader=reader)

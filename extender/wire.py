@@ -12,8 +12,10 @@ request is checked in one pass without building a field object per node.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import Any
 
 import orjson
 from rest_framework.exceptions import ValidationError
@@ -30,7 +32,7 @@ class ExtenderArgsError(ValidationError):
         self.message = message
 
 
-def _field(data: dict, name: str):
+def _field(data: dict[str, Any], name: str) -> object:
     """Return data[name] the way Go matches struct fields: exact, then any case."""
     if name in data:
         return data[name]
@@ -49,8 +51,8 @@ class ExtenderArgs:
     `node_names` the list of names (`nodeCacheCapable: true`); the unused one is None.
     """
 
-    pod: dict
-    nodes: dict | None
+    pod: dict[str, Any]
+    nodes: dict[str, Any] | None
     node_names: list[str] | None
 
     def candidate_names(self) -> list[str]:
@@ -104,7 +106,7 @@ class ExtenderArgs:
         return f"{metadata.get('namespace', '?')}/{metadata.get('name', '?')}"
 
 
-def parse_extender_args(data) -> ExtenderArgs:
+def parse_extender_args(data: object) -> ExtenderArgs:
     """Check a decoded request body and return it as ExtenderArgs.
 
     Raises ExtenderArgsError (a 400) naming the first problem found: a body that is
@@ -162,7 +164,7 @@ def parse_extender_args(data) -> ExtenderArgs:
     return ExtenderArgs(pod=pod, nodes=nodes, node_names=node_names)
 
 
-def extender_filter_result(args: ExtenderArgs) -> dict:
+def extender_filter_result(args: ExtenderArgs) -> dict[str, Any]:
     """The ExtenderFilterResult that lets every candidate node pass.
 
     Echoes the candidates exactly as received, in the field the scheduler reads
@@ -178,7 +180,9 @@ def extender_filter_result(args: ExtenderArgs) -> dict:
     }
 
 
-def host_priority_list(nodes: list[str], scores: list[int]) -> list[dict]:
+def host_priority_list(
+    nodes: list[str], scores: list[int]
+) -> list[dict[str, str | int]]:
     """The HostPriorityList reply: `[{"Host": name, "Score": n}, ...]`."""
     return [
         {"Host": node, "Score": score}
@@ -229,7 +233,7 @@ class HostPriorityList:
     def __len__(self) -> int:
         return len(self.nodes)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict[str, str | int]]:
         return iter(host_priority_list(self.nodes, self.scores))
 
     def to_json(self) -> bytes:

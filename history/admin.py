@@ -6,18 +6,26 @@ written to the object's admin history as "old → new". Members of the view-only
 browse and export CSV; they see no edit controls and no actions that write.
 """
 
+from __future__ import annotations
+
 import csv
 import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
 
+from django import forms
 from django.conf import settings
 from django.contrib import admin
-from django.http import HttpResponse
+from django.db.models import Model, QuerySet
+from django.forms.formsets import BaseFormSet
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
-from django.utils.safestring import mark_safe
+from django.utils.safestring import SafeString, mark_safe
 
 from history import corrections
 from history.admin_corrections import KeyNodeCorrections
@@ -47,6 +55,9 @@ from history.validation import (
 )
 from history.writelock import run_write
 
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldsetSpec
+
 logger = logging.getLogger(__name__)
 
 # The pipeline page lives in the extender app (it needs the scoring strategy) and is
@@ -70,7 +81,13 @@ def placements_url(**params: str) -> str:
 
 
 def refusal_page(
-    request, *, title: str, message: str, status: int, back_url: str, back_text: str
+    request: HttpRequest,
+    *,
+    title: str,
+    message: str,
+    status: int,
+    back_url: str,
+    back_text: str,
 ) -> TemplateResponse:
     """An admin page that says why a request was refused, with a link back."""
     context = {
@@ -85,7 +102,7 @@ def refusal_page(
     )
 
 
-def refuse_nul_parameters(request) -> TemplateResponse | None:
+def refuse_nul_parameters(request: HttpRequest) -> TemplateResponse | None:
     """A 400 page when a filter or search value holds a NUL character, or names a
     date the database query could not be built for, else None."""
     name = nul_parameter(request.GET)
@@ -109,7 +126,9 @@ def refuse_nul_parameters(request) -> TemplateResponse | None:
     )
 
 
-def write_lock_page(request, exc: WriteLockTimeoutError) -> TemplateResponse:
+def write_lock_page(
+    request: HttpRequest, exc: WriteLockTimeoutError
+) -> TemplateResponse:
     """503: the edit did not get the database's write lock in time; nothing changed."""
     response = refusal_page(
         request,
@@ -129,7 +148,10 @@ def write_lock_page(request, exc: WriteLockTimeoutError) -> TemplateResponse:
     return response
 
 
-class HistoryModelAdmin(admin.ModelAdmin):
+_M = TypeVar("_M", bound=Model)
+
+
+class HistoryModelAdmin(admin.ModelAdmin[_M]):
     """Base of the history admins.
 
     Outside text is checked before any query. Every POST (form saves, list edits,
@@ -139,24 +161,39 @@ class HistoryModelAdmin(admin.ModelAdmin):
     was changed instead of a 500.
     """
 
-    def changelist_view(self, request, extra_context=None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         refused = refuse_nul_parameters(request)
         if refused is not None:
             return refused
         parent = super().changelist_view
         return self._write(request, lambda: parent(request, extra_context))
 
-    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         parent = super().changeform_view
         return self._write(
             request, lambda: parent(request, object_id, form_url, extra_context)
         )
 
-    def delete_view(self, request, object_id, extra_context=None):
+    def delete_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         parent = super().delete_view
         return self._write(request, lambda: parent(request, object_id, extra_context))
 
-    def _write(self, request, view):
+    def _write(
+        self, request: HttpRequest, view: Callable[[], HttpResponse]
+    ) -> HttpResponse:
         if request.method != "POST":
             return view()
         try:
@@ -172,7 +209,7 @@ class HistoryModelAdmin(admin.ModelAdmin):
             return write_lock_page(request, exc)
 
 
-def csv_cell(value) -> str:
+def csv_cell(value: object) -> str:
     """A CSV cell that spreadsheets do not evaluate as a formula."""
     text = "" if value is None else str(value)
     return f"'{text}" if text[:1] in ("=", "+", "-", "@") else text
@@ -193,12 +230,12 @@ class NodeColumn:
     """
 
     @admin.display(description="node", ordering="node")
-    def node_name(self, obj):
+    def node_name(self, obj: KeyNode | Placement) -> str:
         return breakable_node(obj.node)
 
 
 @admin.register(KeyNode)
-class KeyNodeAdmin(KeyNodeCorrections, NodeColumn, HistoryModelAdmin):
+class KeyNodeAdmin(KeyNodeCorrections, NodeColumn, HistoryModelAdmin[KeyNode]):
     list_display = (
         "key",
         "node_name",
@@ -230,22 +267,26 @@ class KeyNodeAdmin(KeyNodeCorrections, NodeColumn, HistoryModelAdmin):
         (None, {"fields": ("last_placed_at", "created", "updated")}),
     )
 
-    def get_fieldsets(self, request, obj=None):
+    def get_fieldsets(
+        self, request: HttpRequest, obj: KeyNode | None = None
+    ) -> _FieldsetSpec:
         # A row being added has no weight yet: it gets its count, valued now.
         if obj is None:
             return [self.fieldsets[0], self.fieldsets[2]]
         return self.fieldsets
 
-    def changelist_view(self, request, extra_context=None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         extra_context = {"weight_now_help": WEIGHT_NOW_HELP, **(extra_context or {})}
         return super().changelist_view(request, extra_context)
 
     @admin.display(description="kind")
-    def kind(self, obj):
+    def kind(self, obj: KeyNode) -> str:
         return key_kind(obj.key)
 
     @admin.display(description="weight now")
-    def weight(self, obj):
+    def weight(self, obj: KeyNode) -> str:
         value = weight_now(
             count=obj.count,
             weight=obj.decayed_weight,
@@ -255,25 +296,33 @@ class KeyNodeAdmin(KeyNodeCorrections, NodeColumn, HistoryModelAdmin):
         return f"{value:.2f}"
 
     @admin.display(description="last placement", ordering="last_placed_at")
-    def last_placement(self, obj):
+    def last_placement(self, obj: KeyNode) -> datetime | None:
         return obj.last_placed_at
 
     @admin.display(description="see")
-    def links(self, obj):
+    def links(self, obj: KeyNode) -> SafeString:
         return format_html(
             '<a href="{}">placements</a> · <a href="{}">pipeline</a>',
             placements_url(key=obj.key, node=obj.node),
             pipeline_url(key_label(obj.key)),
         )
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: KeyNode | None = None
+    ) -> tuple[str, ...]:
         # Key and node identify the row in the ledger; renaming would break audits.
         # The watcher owns last_placed_at.
         if obj:
             return ("key", "node", "weight", "last_placed_at", "created", "updated")
         return ("last_placed_at", "created", "updated")
 
-    def save_model(self, request, obj, form, change):
+    def save_model(
+        self,
+        request: HttpRequest,
+        obj: KeyNode,
+        form: forms.ModelForm[KeyNode],
+        change: bool,
+    ) -> None:
         actor = request.user.get_username()
         if not change:
             created = corrections.create_key_node(
@@ -284,20 +333,37 @@ class KeyNodeAdmin(KeyNodeCorrections, NodeColumn, HistoryModelAdmin):
         if "count" in form.changed_data:
             new = obj.count
             delta = corrections.set_key_node_count(key_node=obj, count=new, actor=actor)
-            # Kept for construct_change_message, which runs right after.
-            obj._count_change = (new - delta, new)
+            # Kept for construct_change_message, which runs right after (an attribute
+            # of this instance only, not a model field).
+            obj._count_change = (new - delta, new)  # type: ignore[attr-defined]
 
-    def construct_change_message(self, request, form, formsets, add=False):
+    # The stub is narrower than Django: the form Django passes is the ModelForm (the
+    # stub says forms.Form), and log_change also takes a plain text message (the
+    # stub allows only the structured list).
+    def construct_change_message(  # type: ignore[override]
+        self,
+        request: HttpRequest,
+        form: forms.ModelForm[KeyNode],
+        formsets: Iterable[BaseFormSet[Any]],
+        add: bool = False,
+    ) -> str | list[dict[str, dict[str, list[str]]]]:
         if add:
             return f"Added with count {form.instance.count}."
         change = getattr(form.instance, "_count_change", None)
         if change:
             old, new = change
             return f"Changed count from {old} to {new}."
-        return super().construct_change_message(request, form, formsets, add)
+        return super().construct_change_message(
+            request,
+            form,  # type: ignore[arg-type]  # a ModelForm, as Django passes it
+            formsets,
+            add,
+        )
 
     @admin.action(description="Export selected rows as CSV", permissions=["view"])
-    def export_csv(self, request, queryset):
+    def export_csv(
+        self, request: HttpRequest, queryset: QuerySet[KeyNode]
+    ) -> HttpResponse:
         stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
         response = HttpResponse(content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="keynodes-{stamp}.csv"'
@@ -316,21 +382,25 @@ class KeyNodeAdmin(KeyNodeCorrections, NodeColumn, HistoryModelAdmin):
         return response
 
 
-class ReadOnlyAdmin(HistoryModelAdmin):
+class ReadOnlyAdmin(HistoryModelAdmin[_M]):
     """Facts recorded by the watcher or by edits: browsable, never editable."""
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(
+        self, request: HttpRequest, obj: _M | None = None
+    ) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(
+        self, request: HttpRequest, obj: _M | None = None
+    ) -> bool:
         return False
 
 
 @admin.register(Placement)
-class PlacementAdmin(NodeColumn, ReadOnlyAdmin):
+class PlacementAdmin(NodeColumn, ReadOnlyAdmin[Placement]):
     list_display = (
         "pod_name",
         "namespace",
@@ -346,7 +416,7 @@ class PlacementAdmin(NodeColumn, ReadOnlyAdmin):
     list_per_page = 100
 
     @admin.display(description="name", ordering="name")
-    def pod_name(self, obj):
+    def pod_name(self, obj: Placement) -> SafeString:
         # On one line (a name is read and copied whole); one longer than its
         # column ends in "…" and shows whole on hover.
         return format_html(
@@ -354,11 +424,11 @@ class PlacementAdmin(NodeColumn, ReadOnlyAdmin):
         )
 
     @admin.display(description="warmth", ordering="warmth")
-    def warmth_short(self, obj):
+    def warmth_short(self, obj: Placement) -> str:
         return obj.warmth or "-"
 
     @admin.display(description="label", ordering="label")
-    def label_link(self, obj):
+    def label_link(self, obj: Placement) -> SafeString:
         return format_html(
             '<a href="{}" title="pipeline page">{}</a>',
             pipeline_url(obj.label),
@@ -367,7 +437,7 @@ class PlacementAdmin(NodeColumn, ReadOnlyAdmin):
 
 
 @admin.register(CountAdjustment)
-class CountAdjustmentAdmin(ReadOnlyAdmin):
+class CountAdjustmentAdmin(ReadOnlyAdmin[CountAdjustment]):
     list_display = ("key", "node", "delta", "reason", "actor", "created")
     list_filter = ("reason", "created")
     search_fields = ("key", "node", "actor")
@@ -375,7 +445,7 @@ class CountAdjustmentAdmin(ReadOnlyAdmin):
 
 
 @admin.register(HistoryImport)
-class HistoryImportAdmin(ReadOnlyAdmin):
+class HistoryImportAdmin(ReadOnlyAdmin[HistoryImport]):
     """Imports of the Go ks-scheduler's history (`import_history`, `migrate`)."""
 
     list_display = (
@@ -394,7 +464,7 @@ class HistoryImportAdmin(ReadOnlyAdmin):
 
 
 @admin.register(KeyPolicy)
-class KeyPolicyAdmin(HistoryModelAdmin):
+class KeyPolicyAdmin(HistoryModelAdmin[KeyPolicy]):
     """Per-key scoring policy for the `warm` strategy: opt out or weight a key."""
 
     list_display = ("key", "enabled", "weight", "note", "updated")
@@ -405,7 +475,7 @@ class KeyPolicyAdmin(HistoryModelAdmin):
 
 
 @admin.register(NodePolicy)
-class NodePolicyAdmin(HistoryModelAdmin):
+class NodePolicyAdmin(HistoryModelAdmin[NodePolicy]):
     """Pin or ban a node for a key in the `warm` strategy."""
 
     list_display = ("key", "node", "action", "note", "updated")

@@ -1,8 +1,11 @@
 """List filters of the history admin: by key, by kind of key, by node (the busiest
 values), by count range and by pod state."""
 
+from typing import Any
+
 from django.contrib import admin
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest
 
 from history import queries
 from history.labels import KEY_KINDS
@@ -18,7 +21,9 @@ class BusiestValuesFilter(admin.SimpleListFilter):
     def busiest(self) -> list[str]:
         raise NotImplementedError
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         values = self.busiest()
         selected = self.value()
         if selected and selected not in values:
@@ -30,11 +35,11 @@ class KeyFilter(BusiestValuesFilter):
     title = "key"
     parameter_name = "key"
 
-    def busiest(self):
+    def busiest(self) -> list[str]:
         totals = queries.key_totals()[:FILTER_CHOICES]
         return [row["key"] for row in totals]
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         key = self.value()
         if not key:
             return queryset
@@ -51,10 +56,14 @@ class KindFilter(admin.SimpleListFilter):
     title = "kind of key"
     parameter_name = "kind"
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [(kind, text.split(":")[0]) for kind, text in KEY_KINDS.items()]
 
-    def queryset(self, request, queryset):
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[KeyNode]
+    ) -> QuerySet[KeyNode]:
         kind = self.value()
         if kind in KEY_KINDS:
             return queryset.filter(queries.keys_of_kind(kind))
@@ -65,7 +74,7 @@ class NodeFilter(BusiestValuesFilter):
     title = "node"
     parameter_name = "node"
 
-    def busiest(self):
+    def busiest(self) -> list[str]:
         rows = (
             Placement.objects.values("node")
             .annotate(n=Count("pk"))
@@ -81,7 +90,7 @@ class NodeFilter(BusiestValuesFilter):
             )
         return nodes
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value():
             return queryset.filter(node=self.value())
         return queryset
@@ -97,10 +106,14 @@ class CountFilter(admin.SimpleListFilter):
         "100+": Q(count__gte=100),
     }
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [(name, name) for name in self.ranges]
 
-    def queryset(self, request, queryset):
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[KeyNode]
+    ) -> QuerySet[KeyNode]:
         selected = self.value()
         if selected is not None and selected in self.ranges:
             return queryset.filter(self.ranges[selected])
@@ -111,10 +124,14 @@ class ActiveFilter(admin.SimpleListFilter):
     title = "pod state"
     parameter_name = "active"
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [("yes", "running (active)"), ("no", "finished")]
 
-    def queryset(self, request, queryset):
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[Placement]
+    ) -> QuerySet[Placement]:
         if self.value() == "yes":
             return queryset.filter(finished_at__isnull=True)
         if self.value() == "no":

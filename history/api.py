@@ -6,9 +6,13 @@ For scripts and dashboards. Every view needs an authenticated user (session or
 here writes. The extender routes are separate and unauthenticated.
 """
 
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
 import django_filters
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Q
+from django.db.models import Model, Q, QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
@@ -17,6 +21,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.views import APIView
@@ -25,6 +30,7 @@ from history import outcomes, queries
 from history.labels import KEY_KINDS, key_kind
 from history.models import KeyNode, Placement
 from history.permissions import can_view_history
+from history.queries import KeyTotal
 from history.validation import (
     RANGE_TEXT,
     is_instant_in_range,
@@ -38,7 +44,7 @@ class HistoryViewPermission(BasePermission):
 
     message = "You need the view permission on pipeline history."
 
-    def has_permission(self, request, view):
+    def has_permission(self, request: Request, view: APIView) -> bool:
         return bool(request.user) and can_view_history(request.user)
 
 
@@ -48,7 +54,10 @@ class HistoryPagination(PageNumberPagination):
     max_page_size = 1000
 
 
-class HistoryAPIView(generics.ListAPIView):
+_MT = TypeVar("_MT", bound=Model, covariant=True)
+
+
+class HistoryAPIView(generics.ListAPIView[_MT]):
     """Base of the history views: auth, permission, renderers, pagination."""
 
     # Token first: an anonymous request gets 401 with `WWW-Authenticate: Token`.
@@ -57,7 +66,7 @@ class HistoryAPIView(generics.ListAPIView):
     renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
     pagination_class = HistoryPagination
 
-    def initial(self, request, *args, **kwargs):
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """After authentication and permissions: refuse a NUL character anywhere in
         the path or the query (400) before it reaches a query."""
         super().initial(request, *args, **kwargs)
@@ -66,7 +75,7 @@ class HistoryAPIView(generics.ListAPIView):
             raise ValidationError({name: [nul_message(name)]})
 
 
-class KeyTotalSerializer(serializers.Serializer):
+class KeyTotalSerializer(serializers.Serializer[KeyTotal]):
     key = serializers.CharField()
     kind = serializers.SerializerMethodField(
         help_text="segment (jenkins), prefix (jenkins-java-*) or pipeline "
@@ -76,17 +85,17 @@ class KeyTotalSerializer(serializers.Serializer):
     nodes = serializers.IntegerField(help_text="Number of nodes with a row.")
     last_placed_at = serializers.DateTimeField(allow_null=True)
 
-    def get_kind(self, row) -> str:
+    def get_kind(self, row: KeyTotal) -> str:
         return key_kind(row["key"])
 
 
-class KeyNodeSerializer(serializers.ModelSerializer):
+class KeyNodeSerializer(serializers.ModelSerializer[KeyNode]):
     class Meta:
         model = KeyNode
         fields = ["key", "node", "count", "last_placed_at", "created", "updated"]
 
 
-class PlacementSerializer(serializers.ModelSerializer):
+class PlacementSerializer(serializers.ModelSerializer[Placement]):
     active = serializers.SerializerMethodField()
 
     class Meta:
@@ -104,11 +113,12 @@ class PlacementSerializer(serializers.ModelSerializer):
             "resource_version",
         ]
 
-    def get_active(self, obj) -> bool:
+    def get_active(self, obj: Placement) -> bool:
         return obj.finished_at is None
 
 
-class KeyFilterSet(django_filters.FilterSet):
+# django-filter ships no type information: its classes are Any to mypy.
+class KeyFilterSet(django_filters.FilterSet):  # type: ignore[misc]
     search = django_filters.CharFilter(
         field_name="key", lookup_expr="icontains", help_text="Part of the key."
     )
@@ -118,38 +128,41 @@ class KeyFilterSet(django_filters.FilterSet):
         help_text="Only keys of this kind.",
     )
 
-    def filter_kind(self, queryset, name, value):
+    def filter_kind(
+        self, queryset: QuerySet[KeyNode, KeyTotal], name: str, value: str
+    ) -> QuerySet[KeyNode, KeyTotal]:
         return queryset.filter(queries.keys_of_kind(value))
 
 
-class KeyListView(HistoryAPIView):
+# Its rows are dicts (`key_totals`, a values() query), not KeyNode instances.
+class KeyListView(HistoryAPIView[Any]):
     """Distinct keys with their total count and node count, busiest first."""
 
     serializer_class = KeyTotalSerializer
     filter_backends = [DjangoFilterBackend]
     filterset_class = KeyFilterSet
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[KeyNode, KeyTotal]:
         return queries.key_totals()
 
 
-class KeyNodeListView(HistoryAPIView):
+class KeyNodeListView(HistoryAPIView[KeyNode]):
     """The rows of one key: one per node, highest count first."""
 
     serializer_class = KeyNodeSerializer
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[KeyNode]:
         rows = KeyNode.objects.filter(key=self.kwargs["key"]).order_by("-count", "node")
         if not rows.exists():
             raise NotFound(f"No history for key {self.kwargs['key']!r}.")
         return rows
 
 
-class BoundedIsoDateTimeField(django_filters.fields.IsoDateTimeField):
+class BoundedIsoDateTimeField(django_filters.fields.IsoDateTimeField):  # type: ignore[misc]
     """An ISO 8601 date-time within the range a query can be built for."""
 
-    def to_python(self, value):
-        moment = super().to_python(value)
+    def to_python(self, value: str | datetime | None) -> datetime | None:
+        moment: datetime | None = super().to_python(value)
         if moment is not None and not is_instant_in_range(moment):
             raise DjangoValidationError(
                 f"Enter a date-time {RANGE_TEXT}.", code="out_of_range"
@@ -157,11 +170,11 @@ class BoundedIsoDateTimeField(django_filters.fields.IsoDateTimeField):
         return moment
 
 
-class BoundedIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+class BoundedIsoDateTimeFilter(django_filters.IsoDateTimeFilter):  # type: ignore[misc]
     field_class = BoundedIsoDateTimeField
 
 
-class PlacementFilterSet(django_filters.FilterSet):
+class PlacementFilterSet(django_filters.FilterSet):  # type: ignore[misc]
     key = django_filters.CharFilter(
         method="filter_key", help_text="A key: label contains it as a whole segment."
     )
@@ -182,15 +195,19 @@ class PlacementFilterSet(django_filters.FilterSet):
         model = Placement
         fields = ["key", "node", "namespace", "label", "since", "until", "active"]
 
-    def filter_key(self, queryset, name, value):
+    def filter_key(
+        self, queryset: QuerySet[Placement], name: str, value: str
+    ) -> QuerySet[Placement]:
         segment = queries.placements_with_key(key=value)
         return queryset.filter(pk__in=segment.values("pk"))
 
-    def filter_active(self, queryset, name, value):
+    def filter_active(
+        self, queryset: QuerySet[Placement], name: str, value: bool
+    ) -> QuerySet[Placement]:
         return queryset.filter(Q(finished_at__isnull=value))
 
 
-class PlacementListView(HistoryAPIView):
+class PlacementListView(HistoryAPIView[Placement]):
     """The placement ledger, newest first, filtered by key, node, label, date."""
 
     serializer_class = PlacementSerializer
@@ -199,7 +216,7 @@ class PlacementListView(HistoryAPIView):
     filterset_class = PlacementFilterSet
 
 
-class OutcomeQuerySerializer(serializers.Serializer):
+class OutcomeQuerySerializer(serializers.Serializer[dict[str, Any]]):
     label = serializers.CharField(  # type: ignore[assignment]  # the JSON key
         required=False,
         allow_blank=True,
@@ -210,14 +227,14 @@ class OutcomeQuerySerializer(serializers.Serializer):
         help_text="ISO 8601 date or date-time; default 30 days ago.",
     )
 
-    def validate_since(self, value):
+    def validate_since(self, value: str) -> datetime:
         try:
             return outcomes.parse_instant(value)
         except ValueError as exc:
             raise serializers.ValidationError(str(exc)) from exc
 
 
-class WarmthFiguresSerializer(serializers.Serializer):
+class WarmthFiguresSerializer(serializers.Serializer[dict[str, Any]]):
     runs = serializers.IntegerField(help_text="Succeeded, with both times recorded.")
     failed = serializers.IntegerField(help_text="Failed.")
     startup_p50 = serializers.FloatField(allow_null=True)
@@ -226,7 +243,7 @@ class WarmthFiguresSerializer(serializers.Serializer):
     run_p90 = serializers.FloatField(allow_null=True)
 
 
-class WarmthClassesSerializer(serializers.Serializer):
+class WarmthClassesSerializer(serializers.Serializer[dict[str, Any]]):
     exact = WarmthFiguresSerializer()
     partial = WarmthFiguresSerializer()  # type: ignore[assignment]  # the JSON key
     cold = WarmthFiguresSerializer()
@@ -238,7 +255,7 @@ class PipelineOutcomeSerializer(WarmthClassesSerializer):
     saved_reason = serializers.CharField(allow_null=True)
 
 
-class OutcomeReportSerializer(serializers.Serializer):
+class OutcomeReportSerializer(serializers.Serializer[dict[str, Any]]):
     overall = WarmthClassesSerializer()
     pipelines = PipelineOutcomeSerializer(many=True)
     since = serializers.DateTimeField()
@@ -255,13 +272,17 @@ class OutcomeReportView(APIView):
     @extend_schema(
         parameters=[OutcomeQuerySerializer], responses=OutcomeReportSerializer
     )
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         query = OutcomeQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         return Response(outcomes.outcome_report(**query.validated_data))
 
 
-def only_api_paths(endpoints):
+# A drf-spectacular endpoint: path, path regex, method, view.
+_Endpoint = tuple[str, str, str, Callable[..., Any]]
+
+
+def only_api_paths(endpoints: list[_Endpoint]) -> list[_Endpoint]:
     """drf-spectacular hook: the schema documents the history API only."""
     return [
         endpoint
@@ -278,7 +299,7 @@ class ApiRootView(APIView):
     renderer_classes = HistoryAPIView.renderer_classes
 
     @extend_schema(exclude=True)  # links only: the schema documents the data routes
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         keys = reverse("api-keys", request=request)
         return Response(
             {

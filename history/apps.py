@@ -7,7 +7,7 @@ class HistoryConfig(AppConfig):
     name = "history"
     verbose_name = "Pipeline history"
 
-    def ready(self):
+    def ready(self) -> None:
         # Imported here: models can only be imported once the registry is ready.
         from history import (
             checks,  # noqa: F401  (registers the system checks)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from history.labels import placement_keys
@@ -114,7 +114,9 @@ def _audited_nodes() -> Iterator[str]:
         yield last
 
 
-def prunable_placements(*, before: datetime, include_unfinished: bool = False):
+def prunable_placements(
+    *, before: datetime, include_unfinished: bool = False
+) -> QuerySet[Placement]:
     """The ledger rows `prune_placements` would delete (a QuerySet)."""
     condition = Q(finished_at__lt=before)
     if include_unfinished:

@@ -7,6 +7,9 @@ them out of its patches; this check lists them so they can be corrected.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from django.core import checks
 from django.db import connections
 
@@ -17,7 +20,9 @@ SHOWN_NAMES = 20
 
 
 @checks.register(checks.Tags.database)
-def check_node_names(databases=None, **kwargs) -> list[checks.CheckMessage]:
+def check_node_names(
+    databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     """A warning per model (KeyNode, NodePolicy) holding invalid node names."""
     from history.models import KeyNode, NodePolicy
 

@@ -38,7 +38,9 @@ READ_BATCH = 500
 KEY_NODE_NUMBER = (("k", "text"), ("n", "text"), ("c", "bigint"))
 
 
-def _rows_table(rows: Sequence[tuple[str, str, int]]) -> tuple[str, list]:
+def _rows_table(
+    rows: Sequence[tuple[str, str, int]],
+) -> tuple[str, list[list[object]] | list[str]]:
     """SQL for `rows` of (key, node, number) as a table r(k, n, c), and its
     parameters (`sqlrows.rows_table`)."""
     return rows_table(rows, columns=KEY_NODE_NUMBER)
@@ -70,7 +72,7 @@ def _add_to_counts(*, added: Sequence[tuple[str, str, int]], now: datetime) -> N
 
 
 def _write_batches(
-    *, sql: str, params: list, rows: Sequence[tuple[str, str, int]]
+    *, sql: str, params: list[float | str | None], rows: Sequence[tuple[str, str, int]]
 ) -> None:
     """Run `sql` once per BULK_ROWS of `rows`, with the batch as the table
     r(k, n, c) in place of its `{rows}` (`_rows_table`), after `params`."""

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import orjson
+from django.apps import AppConfig
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
@@ -444,7 +445,9 @@ def describe_skipped(skipped: dict[str, int]) -> str:
     return ", ".join(f"{rows} {reason}" for reason, rows in skipped.items()) or "none"
 
 
-def after_migrate(sender, using: str = DEFAULT_DB_ALIAS, **kwargs) -> None:
+def after_migrate(
+    sender: AppConfig, using: str = DEFAULT_DB_ALIAS, **kwargs: Any
+) -> None:
     """post_migrate receiver: the automatic import of the old tool's table.
 
     Runs after every `migrate` (and every test flush), so it first checks for the

@@ -10,7 +10,15 @@ prefix, served by an index on the column). Registered on CharField when the app 
 ready (`history.apps`).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from django.db.models import CharField, lookups
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler
 
 _GLOB_SPECIAL = frozenset("*?[")
 
@@ -27,11 +35,15 @@ class _Glob:
     glob = "{}"
     plain: type[lookups.PatternLookup]
 
-    def as_sql(self, compiler, connection):
+    def as_sql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper
+    ) -> tuple[str, tuple[str | int, ...]]:
         plain = self.plain(self.lhs, self.rhs)  # type: ignore[attr-defined]
         return plain.as_sql(compiler, connection)
 
-    def as_sqlite(self, compiler, connection):
+    def as_sqlite(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper
+    ) -> tuple[str, list[str | int]]:
         lhs, lhs_params = self.process_lhs(compiler, connection)  # type: ignore[attr-defined]
         value = self.rhs  # type: ignore[attr-defined]
         if not isinstance(value, str):

@@ -126,7 +126,7 @@ class KeyNode(models.Model):
         ]
         indexes = [models.Index(fields=["node"], name="keynode_node_idx")]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.describe(key=self.key, node=self.node, count=self.count)
 
     @staticmethod
@@ -200,7 +200,7 @@ class Placement(models.Model):
             ),
         ]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.namespace}/{self.name} on {self.node}"
 
 
@@ -237,7 +237,7 @@ class CountAdjustment(models.Model):
             models.Index(fields=["node"], name="adjustment_node"),
         ]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.key} on {self.node}: {self.delta:+d} ({self.reason})"
 
 
@@ -274,7 +274,7 @@ class HistoryImport(models.Model):
         verbose_name = "history import"
         ordering = ["-imported_at"]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"import #{self.pk} of {self.source} ({self.mode})"
 
 
@@ -301,7 +301,7 @@ class WatchState(models.Model):
     last_skipped_at = models.DateTimeField(null=True, blank=True)
     updated = models.DateTimeField(auto_now=True)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.name} at {self.resource_version or '-'}"
 
 
@@ -319,7 +319,7 @@ class NodeRecord(models.Model):
     replacements = models.PositiveIntegerField(default=0)
     updated = models.DateTimeField(auto_now=True)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.name} ({self.uid})"
 
 
@@ -357,7 +357,7 @@ class KeyPolicy(models.Model):
             )
         ]
 
-    def __str__(self):
+    def __str__(self) -> str:
         state = "on" if self.enabled else "opted out"
         return f"{self.key}: {state}, weight {self.weight:g}"
 
@@ -393,5 +393,5 @@ class NodePolicy(models.Model):
             )
         ]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.action} {self.node} for {self.key}"

@@ -193,7 +193,10 @@ def duration_text(seconds: float | None) -> str:
 
 
 def format_sections(
-    sections: list[tuple[str, dict]], first: str, *, decimals: int | None = None
+    sections: list[tuple[str, dict[str, Any]]],
+    first: str,
+    *,
+    decimals: int | None = None,
 ) -> list[str]:
     """The table lines of named sections ({warmth: S}), one line per warmth class;
     `first` heads the name column. With `decimals`, every time has exactly that

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any, TypedDict
 
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
 
 from history.labels import (
     PIPELINE_MARK,
@@ -16,7 +17,7 @@ from history.labels import (
 from history.models import KeyNode, Placement
 
 
-def placements_with_key(*, key: str):
+def placements_with_key(*, key: str) -> QuerySet[Placement]:
     """Placements that count under `key` (`labels.placement_keys`).
 
     A QuerySet of Placement. A segment matches as a whole segment: `java` matches
@@ -43,7 +44,7 @@ def placements_with_key(*, key: str):
     )
 
 
-def placements_of_pipeline(*, value: str):
+def placements_of_pipeline(*, value: str) -> QuerySet[Placement]:
     """Placements of a pipeline given as a key (`maven`) or a label value.
 
     One segment is a key and matches as a whole segment (`placements_with_key`);
@@ -73,7 +74,16 @@ def keys_of_kind(kind: str) -> Q:
     return Q(pk__in=[])
 
 
-def key_totals():
+class KeyTotal(TypedDict):
+    """A row of `key_totals`."""
+
+    key: str
+    total: int
+    nodes: int
+    last_placed_at: datetime | None
+
+
+def key_totals() -> QuerySet[KeyNode, KeyTotal]:
     """Per key: total count over all nodes, number of nodes, latest placement.
 
     A QuerySet of dicts {key, total, nodes, last_placed_at}, busiest key first; every
@@ -91,7 +101,7 @@ def key_totals():
     )
 
 
-def busiest_keys(limit: int) -> list[dict]:
+def busiest_keys(limit: int) -> list[dict[str, Any]]:
     """The `limit` busiest rows of `key_totals`, each with its `kind`
     (`labels.key_kind`) and the `label` the pipeline page looks up for it
     (`labels.key_label`: `jenkins-java` for `jenkins-java-*`)."""

@@ -64,7 +64,8 @@ def decayed_weight(*, weight: float, at: float, now: float, half_life: float) ->
     """
     if now <= at:
         return weight
-    return weight * 0.5 ** min((now - at) / half_life, MAX_HALVINGS)
+    # typeshed types float ** float as Any (a negative base gives a complex).
+    return weight * 0.5 ** min((now - at) / half_life, MAX_HALVINGS)  # type: ignore[no-any-return]
 
 
 def accumulate_decayed(

@@ -58,7 +58,7 @@ def ledger_nodes(placements: Any) -> Iterator[str]:
 
 def node_ledger(
     placements: Any, *, node: str, fields: Iterable[str], page: int = PAGE
-) -> Iterator[tuple]:
+) -> Iterator[tuple[Any, ...]]:
     """`(pk, bound_at, *fields)` of the rows of `placements` on `node`, in the order
     they were bound (then by pk), `page` rows per query."""
     rows = (
@@ -66,7 +66,7 @@ def node_ledger(
         .order_by("bound_at", "pk")
         .values_list("pk", "bound_at", *fields)
     )
-    after: tuple | None = None
+    after: tuple[Any, ...] | None = None
     while True:
         query = rows
         if after is not None:

@@ -16,7 +16,7 @@ from django.db import connection
 
 def rows_table(
     rows: Sequence[tuple[object, ...]], *, columns: Sequence[tuple[str, str]]
-) -> tuple[str, list]:
+) -> tuple[str, list[list[object]] | list[str]]:
     """SQL for `rows` as a table r(<column names>), and its parameters.
 
     `columns` gives each column's name and PostgreSQL type (`text`, `bigint`);

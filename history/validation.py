@@ -10,6 +10,7 @@ on both databases.
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
+from typing import Any
 
 from django.http import QueryDict
 from django.utils.dateparse import parse_date, parse_datetime
@@ -30,7 +31,7 @@ def first_nul_index(texts: Iterable[str]) -> int | None:
     return None
 
 
-def nul_parameter(params: Mapping) -> str | None:
+def nul_parameter(params: Mapping[str, Any]) -> str | None:
     """The name of the first parameter whose name or value holds a NUL, or None.
 
     `params` is a QueryDict (every value of a repeated parameter is checked) or a

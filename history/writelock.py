@@ -10,7 +10,7 @@ deadline, so the caller can tell the user that nothing was changed.
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -83,7 +83,7 @@ def configured_busy_timeout(*, using: str = "default") -> float:
 
 
 @contextmanager
-def busy_timeout(seconds: float, *, using: str = "default"):
+def busy_timeout(seconds: float, *, using: str = "default") -> Iterator[None]:
     """Make SQLite wait at most `seconds` for a lock inside the block, then restore
     the connection's configured busy timeout."""
     connection = connections[using]

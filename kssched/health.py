@@ -10,7 +10,7 @@ import os
 
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
 
 from history.watcher.health import first_line, stream_health, with_skipped_events
@@ -23,13 +23,13 @@ _schema_is_current = False
 
 
 @require_safe
-def healthz(request):
+def healthz(request: HttpRequest) -> HttpResponse:
     """200 "ok" while the process serves requests; never touches the database."""
     return HttpResponse("ok", content_type="text/plain")
 
 
 @require_safe
-def readyz(request):
+def readyz(request: HttpRequest) -> HttpResponse:
     """200 when the database answers and every migration is applied, else 503.
 
     The 503 body is `{"status": "unready", "reason": "..."}`; the reason is also

@@ -8,6 +8,7 @@ import json
 import logging
 import logging.config
 from datetime import UTC, datetime
+from typing import Any
 
 # Attributes every LogRecord has; anything else was passed with `extra=` and is kept.
 _STANDARD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
@@ -44,7 +45,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
-def configure(config: dict) -> None:
+def configure(config: dict[str, Any]) -> None:
     """LOGGING_CONFIG: apply the LOGGING dict, and send Python warnings (deprecations,
     library notices) through logging, so they come out in the chosen format too."""
     logging.config.dictConfig(config)

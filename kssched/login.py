@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 
 
 class AdminLoginForm(AdminAuthenticationForm):
-    def clean_username(self):
+    def clean_username(self) -> str:
         username = self.cleaned_data.get("username") or ""
         longest = get_user_model()._meta.get_field("username").max_length or 150
         if len(username) > longest:

@@ -14,13 +14,16 @@ scrape time (`HistoryCollector`), so they are right whichever process serves the
 scrape, and stay visible while the watcher is down.
 """
 
+from __future__ import annotations
+
 import hmac
 import logging
 from collections import Counter as _Tally
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from django.conf import settings
-from django.http import HttpResponse, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 from prometheus_client import (
@@ -30,11 +33,15 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics import MetricWrapperBase
 
 from kssched import config
 from kssched.config import EXTENDER_PREFIX
+
+if TYPE_CHECKING:
+    from history.watcher.health import StreamHealth
 
 logger = logging.getLogger(__name__)
 
@@ -147,14 +154,17 @@ def record_after_response(
 
 # Label values are few (verbs, 11 scores, error reasons): keep each labelled child
 # instead of looking it up under the metric's lock on every request.
-_children: dict[tuple, object] = {}
+_children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+
+_Metric = TypeVar("_Metric", bound=MetricWrapperBase)
 
 
-def _child(metric, *labels):
+def _child(metric: _Metric, *labels: str) -> _Metric:
     child = _children.get((metric, labels))
     if child is None:
         child = _children[(metric, labels)] = metric.labels(*labels)
-    return child
+    # Each key's child was made by its own metric's labels(), so it has its type.
+    return cast(_Metric, child)
 
 
 def _tally(scores: Sequence[int]) -> dict[int, int]:
@@ -170,7 +180,7 @@ def _tally(scores: Sequence[int]) -> dict[int, int]:
     return tally
 
 
-def extender_verb(request) -> str:
+def extender_verb(request: HttpRequest) -> str:
     """The verb (`priorities/pipeline`) of a known extender route, else "unknown".
 
     Only resolved routes give their path, so random paths cannot create new series.
@@ -219,11 +229,11 @@ class HistoryCollector:
     database does not answer, only `kssched_database_up 0` is exported.
     """
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         # Nothing at registration: no database access at import time.
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from django.db import DatabaseError
         from django.db.models import Count, Q
 
@@ -254,7 +264,7 @@ class HistoryCollector:
         yield from self._watch_metrics(streams)
         yield from self._ledger_metrics(ledger)
 
-    def _watch_metrics(self, streams):
+    def _watch_metrics(self, streams: list[StreamHealth]) -> Iterator[Metric]:
         from history.watcher.health import seconds_since
 
         now = timezone.now()
@@ -297,7 +307,7 @@ class HistoryCollector:
                 staleness.add_metric([stream.name], stale)
         yield from (events, relists, skipped, event_age, staleness)
 
-    def _ledger_metrics(self, ledger):
+    def _ledger_metrics(self, ledger: dict[str, int]) -> Iterator[Metric]:
         recorded = CounterMetricFamily(
             "kssched_placements",
             "Placements recorded in the ledger (each pod counted once).",
@@ -329,7 +339,7 @@ _history_registry = CollectorRegistry(auto_describe=False)
 _history_registry.register(HistoryCollector())
 
 
-def _process_registry():
+def _process_registry() -> CollectorRegistry:
     """The registry holding this process's metrics, or all workers' in multiprocess."""
     if config.load().metrics_dir:
         from prometheus_client import multiprocess
@@ -341,7 +351,7 @@ def _process_registry():
 
 
 @require_safe
-def metrics_view(request):
+def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text format. Open unless KSSCHED_METRICS_TOKEN is set; then it
     needs `Authorization: Bearer <token>`."""
     token = settings.KSSCHED_METRICS_TOKEN

@@ -15,13 +15,14 @@ metrics are served by the web listener's workers only.
 import ipaddress
 import logging
 import time
+from collections.abc import Callable
 
 import orjson
 from django.conf import settings
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
+from kssched.config import EXTENDER_PREFIX
 from kssched.metrics import (
-    EXTENDER_PREFIX,
     extender_verb,
     observe_extender_request,
     record_after_response,
@@ -35,7 +36,7 @@ _LOOPBACK = frozenset({"127.0.0.1", "::1"})
 _ALSO_ON_EXTENDER = frozenset({"/healthz", "/version"})
 
 
-def _not_on_this_listener(request) -> HttpResponse:
+def _not_on_this_listener(request: HttpRequest) -> HttpResponse:
     return HttpResponse(
         orjson.dumps(
             {
@@ -61,7 +62,7 @@ def is_loopback(address: str) -> bool:
     return ip.is_loopback or bool(mapped and mapped.is_loopback)
 
 
-def has_verified_client_certificate(request) -> bool:
+def has_verified_client_certificate(request: HttpRequest) -> bool:
     """True when the request came over gunicorn's TLS with client certificates required.
 
     gunicorn rejects, during the handshake, every client without a certificate signed
@@ -84,11 +85,11 @@ class ExtenderMiddleware:
     straight through after one string comparison.
     """
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response
         self.is_extender_listener = settings.KSSCHED_LISTENER == "extender"
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if not request.path_info.startswith(EXTENDER_PREFIX):
             if self.is_extender_listener and request.path_info not in _ALSO_ON_EXTENDER:
                 return _not_on_this_listener(request)
@@ -112,12 +113,13 @@ class ExtenderMiddleware:
         )
         return response
 
-    def process_exception(self, request, exception):
+    def process_exception(self, request: HttpRequest, exception: Exception) -> None:
         """Remember a view's exception so the error metric can name its kind."""
-        request.kssched_exception = exception
+        # An attribute of this request only (HttpRequest declares no such field).
+        request.kssched_exception = exception  # type: ignore[attr-defined]
 
     @staticmethod
-    def _refuse(request, address: str) -> HttpResponse:
+    def _refuse(request: HttpRequest, address: str) -> HttpResponse:
         message = (
             f"the extender answers loopback callers only, not {address or 'unknown'}; "
             "call it from kube-scheduler in the same pod at "

@@ -10,9 +10,14 @@ read only when KSSCHED_READ_DOT_ENV=1. In a checkout, `make run` writes that fil
 from datetime import timedelta
 from pathlib import Path
 
+import django_stubs_ext
 import environ
 
 from kssched import __version__, config, variables
+
+# Django's generic classes (admin.ModelAdmin[KeyNode]) subscriptable at runtime, as
+# django-stubs types them (`mypy --strict`).
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -301,7 +306,7 @@ KSSCHED_LEDGER_RETENTION_DAYS = ENV["KSSCHED_LEDGER_RETENTION_DAYS"]
 # accept bodies this big, the rest of the site keeps Django's default limit. A body
 # may decode to at most 8 times this (extender.parsers): the deployment's memory
 # limit is sized for it (docs/operate.md, "Limits").
-KSSCHED_MAX_BODY_BYTES = ENV["KSSCHED_MAX_BODY_BYTES"]
+KSSCHED_MAX_BODY_BYTES: int = ENV["KSSCHED_MAX_BODY_BYTES"]
 # Which listener this process serves (set by `python -m kssched.serve`): "web" (the
 # pod port) or "extender" (loopback, the /scheduler/ routes, /healthz and /version
 # only).

@@ -7,21 +7,25 @@ Django's own and behaves exactly like it on every other path; the admin's system
 checks still find them (they are subclasses).
 """
 
-from typing import Any
-
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
+from django.http import HttpRequest, HttpResponseBase
+from django.utils.deprecation import MiddlewareMixin
 
 from kssched.config import EXTENDER_PREFIX
 
 
-def _skip_on_extender_routes(middleware_class: type[Any]) -> type[Any]:
-    class Skipping(middleware_class):
-        def __call__(self, request):
+def _skip_on_extender_routes(
+    middleware_class: type[MiddlewareMixin],
+) -> type[MiddlewareMixin]:
+    # mypy cannot use a parameter as a base class: Skipping's base is Any to it, so
+    # its inherited get_response and __call__ return Any.
+    class Skipping(middleware_class):  # type: ignore[misc,valid-type]
+        def __call__(self, request: HttpRequest) -> HttpResponseBase:
             if request.path_info.startswith(EXTENDER_PREFIX):
-                return self.get_response(request)
-            return super().__call__(request)
+                return self.get_response(request)  # type: ignore[no-any-return]
+            return super().__call__(request)  # type: ignore[no-any-return]
 
     Skipping.__name__ = Skipping.__qualname__ = middleware_class.__name__
     Skipping.__doc__ = f"{middleware_class.__name__}, except on {EXTENDER_PREFIX}."

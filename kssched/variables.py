@@ -329,7 +329,7 @@ def _extender_on_loopback(parsed: dict[str, Any], values: Mapping[str, str]) -> 
 
 # Rules over more than one variable, with the variables each needs.
 _CHECKS: tuple[
-    tuple[frozenset[str], Callable[[dict, Mapping[str, str]], None]], ...
+    tuple[frozenset[str], Callable[[dict[str, Any], Mapping[str, str]], None]], ...
 ] = (
     (frozenset({"SECRET_KEY", "DEBUG"}), _secret_key),
     (

@@ -1,6 +1,7 @@
 """Template tags for the admin: the history overview on the admin index."""
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django import template
 from django.conf import settings
@@ -40,7 +41,7 @@ def watcher_streams() -> list[str]:
     return ["pods", "nodes"] if settings.KSSCHED_WATCH_NODES else ["pods"]
 
 
-def watcher_status(now: datetime) -> dict:
+def watcher_status(now: datetime) -> dict[str, Any]:
     """Every stream's progress, and whether the watcher as a whole is stale.
 
     `events` counts watch events only: objects handled by a list (the first one, or
@@ -84,7 +85,7 @@ def watcher_status(now: datetime) -> dict:
 
 
 @register.inclusion_tag("admin/history/overview.html", takes_context=True)
-def history_overview(context):
+def history_overview(context: template.Context) -> dict[str, Any]:
     """Totals, busiest keys and nodes, watcher status and database backend."""
     request = context["request"]
     if not can_view_history(request.user):
@@ -132,7 +133,7 @@ def history_overview(context):
 
 
 @register.inclusion_tag("admin/history/simulated_times.html")
-def simulated_times_note(element_id: str) -> dict:
+def simulated_times_note(element_id: str) -> dict[str, Any]:
     """Under `make demo` (tools/demo_settings.py), the note that its startup and run
     times, and so the time saved, are drawn by warmth class: made up, not measured."""
     return {
@@ -142,7 +143,7 @@ def simulated_times_note(element_id: str) -> dict:
 
 
 @register.inclusion_tag("admin/history/empty_state.html")
-def history_empty_state():
+def history_empty_state() -> dict[str, Any]:
     """What to check when no history has been recorded yet."""
     return {
         "pipeline_label": settings.KSSCHED_PIPELINE_LABEL,
@@ -181,7 +182,7 @@ OWN_APPS = ("history", "extender")
 
 
 @register.filter
-def own_apps_first(app_list: list[dict]) -> list[dict]:
+def own_apps_first(app_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The admin's app list with ks-scheduler's apps first, the rest in order."""
     return sorted(
         app_list,

@@ -7,9 +7,10 @@ whole ledger) are reported as `measured` beside the simulated ones.
 """
 
 import dataclasses
+from typing import Any
 
 import orjson
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from extender.scoring.scenarios import SCENARIOS, Scenario, ledger_workload
 from extender.scoring.simulation import (
@@ -58,7 +59,7 @@ HELP = {
 }
 
 
-def measured_outcomes() -> dict:
+def measured_outcomes() -> dict[str, Any]:
     """The ledger's startup and run figures by warmth, over all recorded history."""
     first = Placement.objects.order_by("bound_at").values_list("bound_at", flat=True)
     since = first.first()
@@ -72,7 +73,7 @@ class Command(BaseCommand):
         "and time saved."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--scenario",
             default="default",
@@ -99,7 +100,7 @@ class Command(BaseCommand):
                 help=f"{HELP[field.name]} (default {field.default})",
             )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         strategies = tuple(s for s in options["strategies"].split(",") if s)
         unknown = sorted(set(strategies) - set(STRATEGY_NAMES))
         if unknown or not strategies:
@@ -143,7 +144,7 @@ class Command(BaseCommand):
             )
             self.stdout.write(format_table(report) + "\n")
 
-    def _check(self, overrides):
+    def _check(self, overrides: dict[str, Any]) -> None:
         positive = ("nodes", "cpu", "cache_slots", "pipelines", "languages", "tools")
         for name in positive + ("arrival", "pod_cpu", "half_life_days", "weight"):
             value = overrides.get(name)

@@ -7,8 +7,9 @@ adjustments (admin edits, resets, pruning). Exit status 0 when everything balanc
 
 import json
 import sys
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from history import audit
 
@@ -16,10 +17,10 @@ from history import audit
 class Command(BaseCommand):
     help = "Report KeyNode counts that differ from ledger rows plus adjustments."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print JSON.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         checked, drifts = audit.audit_counts()
         if options["json"]:
             report = {

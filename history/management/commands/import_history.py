@@ -7,8 +7,9 @@ SQLite database stayed write-locked, with nothing written.
 """
 
 import time
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError
 
 from history.exceptions import OldHistoryError
@@ -28,7 +29,7 @@ class Command(BaseCommand):
         "reported, every change recorded as an 'imported' count adjustment."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", help="The old tool's SQLite file.")
         parser.add_argument(
             "--mode",
@@ -46,7 +47,15 @@ class Command(BaseCommand):
             help="Import even if this history was imported before.",
         )
 
-    def handle(self, *args, path, mode, dry_run, again, **options):
+    def handle(
+        self,
+        *args: Any,
+        path: str,
+        mode: str,
+        dry_run: bool,
+        again: bool,
+        **options: Any,
+    ) -> None:
         started = time.monotonic()
 
         def progress(text: str) -> None:

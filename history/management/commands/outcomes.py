@@ -1,8 +1,10 @@
 """`manage.py outcomes`: startup and run time by warmth, and the time warm placement
 saved, per pipeline label and overall (`history.outcomes`)."""
 
+from typing import Any
+
 import orjson
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from history.outcomes import format_report, outcome_report, parse_instant
 
@@ -13,7 +15,7 @@ class Command(BaseCommand):
         "median and p90 startup and run time by warmth, and the time saved."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--label",
             help="a pipeline key or label value (a label also covers its children)",
@@ -24,7 +26,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--json", action="store_true", help="print JSON")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         since = None
         if options["since"]:
             try:

@@ -9,9 +9,10 @@ so `audit_counts` still balances. The watcher runs this once a day.
 """
 
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
 from history import audit
@@ -21,7 +22,7 @@ from history.management.commands.prune_placements import parse_age
 class Command(BaseCommand):
     help = "Remove the KeyNode rows of nodes gone longer than the retention period."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--older-than",
             help="Age such as 90d (default: KSSCHED_NODE_RETENTION_DAYS days).",
@@ -30,7 +31,7 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="Only list the nodes that would go."
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         age = (
             parse_age(options["older_than"])
             if options["older_than"]

@@ -8,8 +8,9 @@ cutoff well beyond how long finished pods stay in the cluster.
 
 import re
 from datetime import timedelta
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from history import audit
@@ -30,7 +31,7 @@ def parse_age(text: str) -> timedelta:
 class Command(BaseCommand):
     help = "Delete old placement ledger rows without changing any count."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--older-than",
             required=True,
@@ -45,7 +46,7 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="Only say how many rows would go."
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         cutoff = timezone.now() - parse_age(options["older_than"])
         if options["dry_run"]:
             number = audit.prunable_placements(

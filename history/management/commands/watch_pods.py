@@ -13,9 +13,10 @@ import logging
 import signal
 import socket
 import threading
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from history.exceptions import KubeConfigError, WatcherFatalError
 from history.watcher import kube, metrics
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 class Command(BaseCommand):
     help = "Watch pipeline pods and record each placement exactly once."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--count-when",
             choices=["bound", "running"],
@@ -67,7 +68,7 @@ class Command(BaseCommand):
             help="Do not watch Node objects (node replacement goes unnoticed).",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         # manage.py may be PID 1 in its container: register the handlers explicitly,
         # first thing, so a SIGTERM during start-up is a clean stop as well.
         shutdown = threading.Event()

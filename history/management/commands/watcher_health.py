@@ -11,9 +11,10 @@ bring them back.
 """
 
 import sys
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connection
 
 from history.watcher.health import first_line, stream_health, with_skipped_events
@@ -28,7 +29,7 @@ class Command(BaseCommand):
     requires_system_checks = []
     help = "Exit 0 if the watcher's heartbeat is fresh, 1 if stale or missing."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--max-age",
             type=float,
@@ -39,7 +40,7 @@ class Command(BaseCommand):
             "--path", default=None, help="Heartbeat file (KSSCHED_HEARTBEAT_PATH)."
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         path = options["path"] or settings.KSSCHED_HEARTBEAT_PATH
         max_age = options["max_age"]
         if max_age is None:
