@@ -3,13 +3,17 @@
     python -m tools.bench.cluster [--rows 1000000] [--labels 10000] [--quick]
                                   [--backends sqlite,postgres]
 
-The shape: 17 general keys (CI systems, languages, tools) on every one of 5 000 live
-nodes and the label-path prefixes above them (`jenkins-*` on every node, each
-`jenkins-java-*` on half, each `jenkins-java-maven-*` on a tenth), one project key
-and one pipeline key (`...-p00042$`) per pipeline on the same few dozen nodes each,
-a fifth of the history on nodes gone since (node churn), ledger rows for a fifth of
-it and 5 000 pods running. Each call names 1 000 candidate nodes drawn at random,
-for a pipeline label drawn at random. Cases, each beside the floor app (the same
+The shape is the one the watcher writes (`history.ledger`, `labels.placement_keys`):
+`--labels` pipelines (`{ci}-{language}-{tool}-p00042`) on 5 000 live nodes, each
+placed on its own hundred-odd nodes (a fifth of them gone since: node churn). Each
+(pipeline, node) counts under the pipeline's four segments, its four path prefixes
+(`jenkins-*` ... `jenkins-java-maven-p00042-*`) and its pipeline key
+(`...-p00042$`), with the recency (`decayed_weight`, `decayed_at`) its placements
+left; keys shared by many pipelines add their rows up as the ledger's upsert does.
+The default gives about 1 M segment rows beside 2.5 M label-path rows, ledger rows
+for a fifth of them and 5 000 pods running. Each call names 1 000 candidate nodes
+drawn at random, for a pipeline label drawn at random (the last `10 * calls`
+pipelines are kept for `new labels`). Cases, each beside the floor app (the same
 body answered by a bare orjson WSGI app) in alternating rounds:
 
 - `one label`: the same label on every call;
@@ -42,10 +46,12 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import orjson
 
+from history.labels import placement_keys
 from tools.bench import data
 from tools.bench.run import (
     PRIORITIZE_PATH,
@@ -66,6 +72,12 @@ WRITES_PER_SECOND = 100
 THROUGHPUT_ROUNDS = 3
 CLIENTS_TARGET = 1.5
 RSS_TARGET_MIB = 300
+DAY = 86400.0
+# KSSCHED_HALF_LIFE_DAYS's default: the recency the loaded rows carry.
+HALF_LIFE_DAYS = 7.0
+# --quick: a history small enough for a test run.
+QUICK_ROWS = 60_000
+QUICK_LABELS = 1_000
 CHURN_GROWTH = 1.1
 # record_placement with 5 000 pods running, as a multiple of its cost with none.
 RECORD_TARGET = 2.0
@@ -99,44 +111,58 @@ def pipeline(index: int) -> str:
     )
 
 
-def history_rows(total: int, pipelines: int, seed: int = 5):
-    """(key, node, count) rows in both kinds of key a placement counts under:
-    general segments on every live node, with the label-path prefixes above them
-    (`jenkins-*` on every node, `jenkins-java-*` on half, `jenkins-java-maven-*` on
-    a tenth), then each pipeline's project segment and its own `...$` key on the
-    same few dozen nodes, a fifth of them on nodes gone since."""
+def history_rows(segment_rows: int, pipelines: int, now: float, seed: int = 5):
+    """(key, node, count, decayed_weight, decayed_at) rows as the watcher's ledger
+    writes them (`labels.placement_keys`): each pipeline placed on its own few
+    dozen nodes (a fifth of them gone since) counts under its segments, its path
+    prefixes (`jenkins-*`, `jenkins-java-*`, `jenkins-java-maven-*`,
+    `jenkins-java-maven-p00042-*`) and its pipeline key (`...-p00042$`), with the
+    recency its placements left. Rows of keys many pipelines share (the general
+    segments and prefixes) add up their pipelines' rows as the ledger's upsert does.
+
+    About `segment_rows` segment rows (each pipeline's project segment on its
+    nodes, and the shared segments) and 2.5 times as many label-path rows."""
     rng = random.Random(seed)
     nodes, gone = live_nodes(), gone_nodes(NODES)
-    seen: set[tuple[str, str]] = set()
-    for key in GENERAL:
-        for node in nodes:
-            seen.add((key, node))
-            yield key, node, rng.randint(1, 150)
-    for ci in data.CI_SYSTEMS:
-        yield from _prefix_rows(rng, f"{ci}-*", nodes, 1.0, seen)
-        for language in data.LANGUAGES:
-            yield from _prefix_rows(rng, f"{ci}-{language}-*", nodes, 0.5, seen)
-            for tool in data.TOOLS:
-                prefix = f"{ci}-{language}-{tool}-*"
-                yield from _prefix_rows(rng, prefix, nodes, 0.1, seen)
-    per_project = max(1, (total - len(seen)) // pipelines // 2)
+    half_life = HALF_LIFE_DAYS * DAY
+    shared: dict[tuple[str, str], tuple[int, float, float]] = {}
+    # A tenth of the segment rows are the shared segments.
+    per_pipeline = max(1, segment_rows * 9 // (pipelines * 10))
     for index in range(pipelines):
         label = pipeline(index)
-        key = label.rsplit("-", 1)[1]
-        for _ in range(per_project):
+        keys = placement_keys(label)
+        own = [key for key in keys if key.startswith(label) or key == keys[3]]
+        general = [key for key in keys if key not in own]
+        chosen: set[str] = set()
+        for _ in range(per_pipeline):
             node = rng.choice(gone) if rng.random() < 0.2 else rng.choice(nodes)
-            if (key, node) not in seen:
-                seen.add((key, node))
-                count = rng.randint(1, 60)
-                yield key, node, count
-                yield f"{label}$", node, count
-
-
-def _prefix_rows(rng, prefix, nodes, share, seen):
-    for node in nodes:
-        if rng.random() < share:
-            seen.add((prefix, node))
-            yield prefix, node, rng.randint(1, 150)
+            if node in chosen:
+                continue
+            chosen.add(node)
+            count = rng.randint(1, 60)
+            # The last placement: recent on live nodes, before the node went on
+            # gone ones; the weight what `count` runs left at that instant.
+            age = rng.expovariate(1 / 3) if not node.startswith("gone") else 0.0
+            age = DAY * (age if age else rng.uniform(10, 60))
+            at = now - min(age, 90 * DAY)
+            weight = min(float(count), 1.0 + rng.random() * count / 4)
+            for key in own:
+                yield key, node, count, weight, at
+            for key in general:
+                before = shared.get((key, node))
+                if before is None:
+                    shared[key, node] = (count, weight, at)
+                    continue
+                total, old_weight, old_at = before
+                late = max(at, old_at)
+                shared[key, node] = (
+                    total + count,
+                    old_weight * 0.5 ** ((late - old_at) / half_life)
+                    + weight * 0.5 ** ((late - at) / half_life),
+                    late,
+                )
+    for (key, node), (count, weight, at) in shared.items():
+        yield key, node, count, weight, at
 
 
 def prepare(rows: int, pipelines: int) -> str:
@@ -157,9 +183,20 @@ def prepare(rows: int, pipelines: int) -> str:
         if connection.vendor == "postgresql":
             # A bulk load: the change log's triggers stay quiet, caches start empty.
             cursor.execute("SET session_replication_role = replica")
+        loaded = time.time()
+        placed_at = timezone.now()
         batch = []
-        for row in history_rows(rows, pipelines):
-            batch.append(KeyNode(key=row[0], node=row[1], count=row[2]))
+        for key, node, count, weight, at in history_rows(rows, pipelines, loaded):
+            batch.append(
+                KeyNode(
+                    key=key,
+                    node=node,
+                    count=count,
+                    decayed_weight=weight,
+                    decayed_at=at,
+                    last_placed_at=placed_at - timedelta(seconds=loaded - at),
+                )
+            )
             if len(batch) >= 20000:
                 KeyNode.objects.bulk_create(batch)
                 batch = []
@@ -318,7 +355,9 @@ def run_backend(vendor: str, env: dict, floor: int, options, workdir: Path) -> d
     found: dict = {"cases": {}}
     n = 60 if options.quick else 400
     try:
-        labels = [pipeline(rng.randrange(options.labels)) for _ in range(n * 4)]
+        # The last 10 * n pipelines are asked about only as `new labels`.
+        asked = options.labels - 10 * n
+        labels = [pipeline(rng.randrange(asked)) for _ in range(n * 4)]
         cases = {
             "one label": [body(labels[0], rng, nodes) for _ in range(n)],
             "random labels": [body(label, rng, nodes) for label in labels[:n]],
@@ -326,7 +365,7 @@ def run_backend(vendor: str, env: dict, floor: int, options, workdir: Path) -> d
         # Warm the workers on the labels, as a running scheduler would be.
         for request in cases["random labels"] * 2:
             timed(port, request)
-        fresh = iter(range(options.labels, options.labels + 10 * n))
+        fresh = iter(range(asked, options.labels))
         cases["new labels"] = [
             body(pipeline(next(fresh)), rng, nodes) for _ in range(n)
         ]
@@ -477,8 +516,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--idle", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    if options.quick:
+        options.rows = min(options.rows, QUICK_ROWS)
+        options.labels = min(options.labels, QUICK_LABELS)
     if options.prepare:
-        print(prepare(options.rows, 20_000))
+        print(prepare(options.rows, options.labels))
         return 0
     if options.write:
         write(options.write, WRITES_PER_SECOND, options.labels, options.out)
@@ -516,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
                     "--prepare",
                     "--rows",
                     str(options.rows),
+                    "--labels",
+                    str(options.labels),
                 ],
                 env=env,
                 cwd=REPO,
