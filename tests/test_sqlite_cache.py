@@ -314,7 +314,7 @@ def test_a_broken_invalidation_is_caught(monkeypatch):
     now = time.time()
     place("a", "ci-java", "node-1")
     assert_warm_agrees(now)
-    monkeypatch.setattr(WarmKey, "update", lambda *args, **kwargs: None)
+    monkeypatch.setattr(WarmKey, "updated", lambda self, *args, **kwargs: self)
     place("b", "ci-java-maven-p1", "node-2")
     with pytest.raises(AssertionError):
         assert_warm_agrees(now)

@@ -15,13 +15,14 @@ policy rule or a weight near a threshold are worked out one by one.
 of a time window (WINDOW_HALF_LIVES of a half-life, aligned on multiples of its
 length): a node's score at this key is kept only where it is proven constant over
 the window (`warm_settled`); the others (`unsettled`) are worked out per call at
-the instant asked about. The answer equals `rules.warm_scores` at that instant, to
-the integer (tests/test_strategies.py holds them equal).
+the instant asked about. The answer equals the `score` of `rules.warm_explain` at
+that instant, to the integer (tests/test_strategies.py holds them equal).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
+from copy import copy
 from itertools import repeat
 
 from extender.scoring.rules import (
@@ -71,24 +72,10 @@ def combined(
 ) -> list[int]:
     """`combine` for a label's keys, through the label's combined mapping where the
     store keeps one (a label called again: one lookup per node, not one per key)."""
-    memo = history.memo
-    if memo is not None:
-        keys = sorted(maps_keys(history))
-        value = memo.combined(
-            [key for _, key in keys],
-            tag,
-            memo.versions([key for _, key in keys]),
-            lambda: maps,
-        )
-        if value is not None:
-            return list(map(value.get, nodes, repeat(NO_HISTORY_SCORE)))
+    value = history.combined(tag, maps)
+    if value is not None:
+        return list(map(value.get, nodes, repeat(NO_HISTORY_SCORE)))
     return combine(nodes, maps, NO_HISTORY_SCORE)
-
-
-def maps_keys(history: LabelHistory) -> list[tuple[int, str]]:
-    """(position, key) of a label's distinct keys, general to specific."""
-    where = positions(history.keys)
-    return [(where[key], key) for key in where]
 
 
 # --- seed ---------------------------------------------------------------------------
@@ -113,11 +100,12 @@ def seed_key(rows: KeyRows, index: int, segments: int) -> dict[str, int]:
 
 
 def seed_fast(history: LabelHistory, nodes: Sequence[str]) -> list[int]:
-    """`seed` scores of `nodes`, in order (equal to `rules.seed_scores`)."""
+    """`seed` scores of `nodes`, in order (equal to `rules.seed_score` of each node's
+    `rules.seed_matches`)."""
     segments = len(history.keys)
     where = positions(history.keys)
     maps = []
-    for key in sorted(where, key=where.__getitem__):
+    for key in history.general_to_specific:
         index = where[key]
 
         def build(rows: KeyRows, index: int = index) -> dict[str, int]:
@@ -125,12 +113,14 @@ def seed_fast(history: LabelHistory, nodes: Sequence[str]) -> list[int]:
 
         def update(
             value: dict[str, int], rows: KeyRows, changed: set[str], index: int = index
-        ) -> None:
-            for node in changed:
-                value.pop(node, None)
-            value.update(
+        ) -> dict[str, int]:
+            found = {
+                node: score for node, score in value.items() if node not in changed
+            }
+            found.update(
                 seed_key({n: rows[n] for n in changed if n in rows}, index, segments)
             )
+            return found
 
         maps.append(history.derive(key, ("seed", index, segments), build, update))
     return combined(history, nodes, ("seed", segments), maps)
@@ -218,9 +208,18 @@ class WarmKey:
         elif base:
             self.base[node] = base
 
-    def update(self, rows: KeyRows, changed: set[str]) -> None:
+    def __len__(self) -> int:
+        return len(self.base) + len(self.unsettled)
+
+    def updated(self, rows: KeyRows, changed: set[str]) -> WarmKey:
+        """A copy brought up to date for the `changed` nodes (this one is kept as
+        it is: other readers may hold it)."""
+        value = copy(self)
+        value.base = dict(self.base)
+        value.unsettled = set(self.unsettled)
         for node in changed:
-            self.set_node(node, rows.get(node))
+            value.set_node(node, rows.get(node))
+        return value
 
 
 def warm_settled(
@@ -277,7 +276,7 @@ def warm_fast(
     rules: WarmRules,
     policy: Policy,
 ) -> list[int]:
-    """`warm` scores of `nodes`, in order (equal to `rules.warm_scores` at `now`)."""
+    """`warm` scores of `nodes`, in order (equal to `rules.warm_explain` at `now`)."""
     keys = history.keys
     segments = len(keys)
     if not keys or not policy.enabled:
@@ -290,7 +289,7 @@ def warm_fast(
     where = positions(keys)
     replaced = history.replaced
     kept: list[WarmKey] = []
-    for key in sorted(where, key=where.__getitem__):
+    for key in history.general_to_specific:
         index = where[key]
 
         def build(rows: KeyRows, index: int = index) -> WarmKey:
@@ -307,8 +306,8 @@ def warm_fast(
                 value.set_node(node, row)
             return value
 
-        def update(value: WarmKey, rows: KeyRows, changed: set[str]) -> None:
-            value.update(rows, changed)
+        def update(value: WarmKey, rows: KeyRows, changed: set[str]) -> WarmKey:
+            return value.updated(rows, changed)
 
         tag = ("warm", index, segments, rules, half_life, start)
         kept.append(history.derive(key, tag, build, update))
@@ -360,7 +359,7 @@ def warm_exact(
     policy: Policy,
 ) -> dict[str, int]:
     """The `warm` scores of the `asked` nodes among the candidate `nodes`, each
-    worked out from its rows weighed at `now` (as `rules.warm_scores` does)."""
+    worked out from its rows weighed at `now` (as `rules.warm_explain` does)."""
     where = positions(history.keys)
     segments = len(history.keys)
     excess = excess_load(history.busy, nodes, rules)
