@@ -23,9 +23,6 @@ body answered by a bare orjson WSGI app) in alternating rounds:
   (and finishes as many) with 5 000 pods running; the writer reports what
   `record_placement` cost, with and without pods running (the target: at most
   twice as much with them, at p50);
-- `8 clients`: random labels from 1 and from 8 clients at once (calls/s), after
-  a pass that warms both workers on them, in THROUGHPUT_ROUNDS alternating rounds
-  (medians; the target is 8 clients at 1.5 times the calls/s of one);
 - memory: each extender worker's RSS after the random labels, and again after
   candidates and placements move to nodes that replace the old ones (churn);
   the target is at most 300 MiB, and at most 10 % more after churn.
@@ -44,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -69,8 +65,6 @@ NODES = 5000
 CANDIDATES = 1000
 RUNNING = 5000
 WRITES_PER_SECOND = 100
-THROUGHPUT_ROUNDS = 3
-CLIENTS_TARGET = 1.5
 RSS_TARGET_MIB = 300
 DAY = 86400.0
 # KSSCHED_HALF_LIFE_DAYS's default: the recency the loaded rows carry.
@@ -228,6 +222,27 @@ def prepare(rows: int, pipelines: int) -> str:
     return vendor
 
 
+def reset_running() -> None:
+    """The pods a loaded history starts with running again (an earlier run's
+    writer and idle pass finished them)."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "kssched.settings"
+    import django
+
+    django.setup()
+    from django.db import transaction
+    from django.utils import timezone
+
+    from history.models import Placement
+
+    with transaction.atomic():
+        Placement.objects.filter(finished_at__isnull=True).update(
+            finished_at=timezone.now()
+        )
+        Placement.objects.filter(
+            pod_uid__in=[f"bench-{index}" for index in range(RUNNING)]
+        ).update(finished_at=None)
+
+
 def timed_placement(uid: str, rng: random.Random, pipelines: int) -> float:
     """Record one placement of a random pipeline on a random live node; its cost."""
     from history import ledger
@@ -327,27 +342,6 @@ def rss_of_workers(master: int) -> list[int]:
     return found
 
 
-def throughput(port: int, requests: list[bytes], clients: int) -> float:
-    queue = list(requests)
-    lock = threading.Lock()
-
-    def work():
-        while True:
-            with lock:
-                if not queue:
-                    return
-                request = queue.pop()
-            timed(port, request)
-
-    threads = [threading.Thread(target=work) for _ in range(clients)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return len(requests) / (time.perf_counter() - started)
-
-
 def run_backend(vendor: str, env: dict, floor: int, options, workdir: Path) -> dict:
     rng = random.Random(17)
     nodes = live_nodes()
@@ -411,22 +405,6 @@ def run_backend(vendor: str, env: dict, floor: int, options, workdir: Path) -> d
             "running_5000_p50": round(ms(recorded, 0.5), 3),
             "running_5000_p99": round(ms(recorded, 0.99), 3),
         }
-        print(f"  {vendor} 1 and 8 clients ...", flush=True)
-        requests = [body(label, rng, nodes) for label in labels[: n * 2]]
-        throughput(port, requests, 8)  # both workers warm on these labels
-        ones, eights = [], []
-        for _ in range(THROUGHPUT_ROUNDS):
-            ones.append(throughput(port, requests, 1))
-            eights.append(throughput(port, requests, 8))
-        one, eight = statistics.median(ones), statistics.median(eights)
-        found["calls_per_second"] = {
-            "1": round(one, 1),
-            "8": round(eight, 1),
-            "ratio": round(eight / one, 2),
-            "rounds": [
-                [round(a, 1), round(b, 1)] for a, b in zip(ones, eights, strict=True)
-            ],
-        }
         found["rss_mib_after_labels"] = [
             round(value / 2**20) for value in rss_of_workers(server.pid)
         ]
@@ -476,12 +454,6 @@ def table(results: dict) -> str:
                 f"{case['p50_ms']:>7.2f} {case['p99_ms']:>8.2f} | "
                 f"{case['p50_ratio']:>6.2f} {case['p99_ratio']:>6.2f} | {verdict}"
             )
-        cps = found["calls_per_second"]
-        lines.append(
-            f"{vendor:<10} calls/s 1 -> 8 clients: {cps['1']} -> {cps['8']} "
-            f"({cps['ratio']}x) "
-            + ("met" if cps["ratio"] >= CLIENTS_TARGET else "MISSED")
-        )
         labels, churn = found["rss_mib_after_labels"], found["rss_mib_after_churn"]
         rss_met = (
             max(labels + churn) <= RSS_TARGET_MIB
@@ -512,15 +484,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--backends", default="sqlite")
     parser.add_argument("--out", default=str(REPO / "bench-results" / "cluster.json"))
+    parser.add_argument(
+        "--sqlite-path",
+        help="the SQLite file to use (default: a new one in a temporary directory)",
+    )
+    parser.add_argument(
+        "--no-load",
+        action="store_true",
+        help="use the databases as they are (loaded by an earlier run): runs of two "
+        "checkouts can then alternate on the same history",
+    )
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--write", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--idle", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--running", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.quick:
         options.rows = min(options.rows, QUICK_ROWS)
         options.labels = min(options.labels, QUICK_LABELS)
     if options.prepare:
         print(prepare(options.rows, options.labels))
+        return 0
+    if options.running:
+        reset_running()
         return 0
     if options.write:
         write(options.write, WRITES_PER_SECOND, options.labels, options.out)
@@ -544,20 +530,22 @@ def main(argv: list[str] | None = None) -> int:
         for backend in options.backends.split(","):
             env = server_env(workdir)
             env["KSSCHED_SCORING"] = os.environ.get("KSSCHED_SCORING", "warm")
-            env["DATA_PATH"] = str(workdir / f"{backend}.db")
+            env["DATA_PATH"] = options.sqlite_path or str(workdir / f"{backend}.db")
             if backend == "sqlite":
                 env.pop("DATABASE_URL", None)
             elif not env.get("DATABASE_URL"):
                 raise SystemExit("--backends postgres needs DATABASE_URL")
-            print(f"loading {options.rows} rows into {backend} ...", flush=True)
+            if options.no_load:
+                step = ["--running"]
+            else:
+                print(f"loading {options.rows} rows into {backend} ...", flush=True)
+                step = ["--prepare", "--rows", str(options.rows)]
             subprocess.run(
                 [
                     sys.executable,
                     "-m",
                     "tools.bench.cluster",
-                    "--prepare",
-                    "--rows",
-                    str(options.rows),
+                    *step,
                     "--labels",
                     str(options.labels),
                 ],
