@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from extender.scoring.keyscores import WarmKey, warm_fast
+from extender.scoring.keyscores import warm_fast
 from extender.scoring.rules import (
     NO_POLICY,
     WarmRules,
@@ -487,8 +487,8 @@ def test_kept_key_scores_equal_explained_scores_at_every_instant():
         unsettled += sum(
             len(entry.value.unsettled)
             for by_tag in kept_memo.derived.values()
-            for entry in by_tag.values()
-            if isinstance(entry.value, WarmKey)
+            for tag, entry in by_tag.items()
+            if tag[0] == "warm"
         )
     assert unsettled > 0
 
@@ -514,7 +514,7 @@ def test_kept_key_scores_are_bounded_per_key_across_time_windows():
             history, ["n1"], now=now, half_life=half_life, rules=RULES, policy=NO_POLICY
         )
     assert len(kept.derived["ci"]) == memo_module.MAX_TAGS
-    assert kept.bytes == sum(entry.size for entry in kept.derived["ci"].values())
+    assert kept.bytes == sum(entry.value.size for entry in kept.derived["ci"].values())
 
 
 def test_combined_label_scores_are_bounded_in_bytes(monkeypatch):

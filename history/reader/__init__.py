@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection
 
 from history.reader.cache import CachedReader
+from history.reader.memo import UNSETTLED, NodeRule, NodeValues, Unsettled
 from history.reader.model import (
     NO_POLICIES,
     HistoryReader,
@@ -30,9 +31,13 @@ from history.reader.sqlite_cache import SqliteCacheReader
 
 __all__ = [
     "NO_POLICIES",
+    "UNSETTLED",
     "HistoryReader",
     "LabelHistory",
+    "NodeRule",
+    "NodeValues",
     "Policies",
+    "Unsettled",
     "empty_history",
     "forget_caches",
     "history_reader",

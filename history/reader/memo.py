@@ -5,15 +5,15 @@ A store that keeps history between reads (the process cache, the simulator's
 memory) tells `KeyMemo` when a key's rows were loaded (`start`: a new epoch) and
 which nodes changed since (`changed`). A read hands out a `MemoView`: the memo and
 the version, (epoch, changes seen), of each key's rows in that read. The strategies
-ask it through `LabelHistory.derive` and `LabelHistory.combined` and never see a
-version: a value derived from one key's rows is brought up to date by re-examining
-only the nodes changed since it was built, and rebuilt when the key starts a new
-epoch.
+ask it through `LabelHistory.derive` with a rule per node (a pure function of one
+node's row: a value to keep, None, or UNSETTLED) and get `NodeValues`; they never
+see a version or a change: the memo applies the rule to every row once, then again
+only to the nodes changed since, and to every row when the key starts a new epoch.
 
-Values are never changed once handed out: `update` returns a new value, so a reader
-still using an older one is not disturbed, and a value is stored only if it is at
-least as recent as the one it replaces. Every access takes `lock` briefly; building
-and updating values runs outside it.
+Values are never changed once handed out: an update makes new `NodeValues`, so a
+reader still using older ones is not disturbed, and values are stored only if they
+are at least as recent as the ones they replace. Every access takes `lock`
+briefly; the rule runs outside it.
 
 Memory is counted in estimated bytes (entries times `DERIVED_BYTES`) and bounded by
 the owning store, which drops a key's derived values with its rows.
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping, Sequence, Sized
+from collections.abc import Callable, Hashable, Mapping, Sequence, Set
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
 
 # One key's rows (as `model.KeyRows`): node -> (count, decayed_weight, decayed_at).
 KeyRows = Mapping[str, tuple[int, float, float]]
@@ -47,11 +47,67 @@ MAX_COMBINED_BYTES = 16 * 1024 * 1024
 MAX_TAGS = 16
 
 
+class Unsettled(Enum):
+    """A rule's answer for a node whose value cannot be kept (worked out per call)."""
+
+    NODE = "unsettled"
+
+
+UNSETTLED = Unsettled.NODE
+# A rule per node: its value from its row of one key (None: nothing to keep).
+NodeRule = Callable[[str, tuple[int, float, float]], int | None | Unsettled]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeValues:
+    """A rule applied to one key's rows: node -> value for the nodes it gave one,
+    and the nodes it could not settle. Never changed once made."""
+
+    values: Mapping[str, int]
+    unsettled: Set[str]
+
+    @property
+    def size(self) -> int:
+        return (len(self.values) + len(self.unsettled)) * DERIVED_BYTES
+
+
+def apply_rule(rule: NodeRule, rows: KeyRows) -> NodeValues:
+    """`rule` on every row."""
+    values: dict[str, int] = {}
+    unsettled: set[str] = set()
+    for node, row in rows.items():
+        value = rule(node, row)
+        if value is UNSETTLED:
+            unsettled.add(node)
+        elif value is not None:
+            values[node] = value
+    return NodeValues(values, unsettled)
+
+
+def reapply_rule(
+    rule: NodeRule, rows: KeyRows, old: NodeValues, changed: set[str]
+) -> NodeValues:
+    """`old` with `rule` applied again to the `changed` nodes' rows (new values)."""
+    values = dict(old.values)
+    unsettled = set(old.unsettled)
+    for node in changed:
+        values.pop(node, None)
+        unsettled.discard(node)
+        row = rows.get(node)
+        if row is None:
+            continue
+        value = rule(node, row)
+        if value is UNSETTLED:
+            unsettled.add(node)
+        elif value is not None:
+            values[node] = value
+    return NodeValues(values, unsettled)
+
+
 @dataclass(slots=True)
 class _Derived:
     version: Version
-    value: Any
-    size: int
+    value: NodeValues
 
 
 @dataclass(slots=True)
@@ -131,17 +187,10 @@ class KeyMemo:
     # --- what readers ask -----------------------------------------------------------
 
     def derive(
-        self,
-        key: str,
-        version: Version,
-        tag: Hashable,
-        rows: KeyRows,
-        build: Callable[[KeyRows], Any],
-        update: Callable[[Any, KeyRows, set[str]], Any],
-    ) -> Any:
-        """`build(rows)`, or the value kept for (key, tag) brought up to `version`
-        (that of `rows`) by `update(value, rows, changed nodes)`, which returns a new
-        value and leaves the old one alone."""
+        self, key: str, version: Version, tag: Hashable, rows: KeyRows, rule: NodeRule
+    ) -> NodeValues:
+        """`rule` applied to `rows`, or the values kept for (key, tag) brought up to
+        `version` (that of `rows`) by applying it to the nodes changed since."""
         epoch, seen = version
         with self.lock:
             if self.epochs.get(key) != epoch:
@@ -155,7 +204,10 @@ class KeyMemo:
                     changed = set(self.changes[key][old.version[1] : seen])
                 else:
                     old = None
-        value = build(rows) if old is None else update(old.value, rows, changed)
+        if old is None:
+            value = apply_rule(rule, rows)
+        else:
+            value = reapply_rule(rule, rows, old.value, changed)
         with self.lock:
             self._keep(key, version, tag, value)
         return value
@@ -214,7 +266,9 @@ class KeyMemo:
         self.changes[key] = []
         self._drop_derived(key)
 
-    def _keep(self, key: str, version: Version, tag: Hashable, value: Any) -> None:
+    def _keep(
+        self, key: str, version: Version, tag: Hashable, value: NodeValues
+    ) -> None:
         if self.epochs.get(key) != version[0]:
             return
         by_tag = self.derived.setdefault(key, {})
@@ -223,12 +277,11 @@ class KeyMemo:
             if entry.version[0] == version[0] and entry.version[1] > version[1]:
                 by_tag[tag] = entry  # a newer one is kept already
                 return
-            self.bytes -= entry.size
+            self.bytes -= entry.value.size
         while len(by_tag) >= MAX_TAGS:
-            self.bytes -= by_tag.pop(next(iter(by_tag))).size
-        size = _size(value)
-        self.bytes += size
-        by_tag[tag] = _Derived(version, value, size)
+            self.bytes -= by_tag.pop(next(iter(by_tag))).value.size
+        self.bytes += value.size
+        by_tag[tag] = _Derived(version, value)
 
     def _changed_between(
         self,
@@ -254,7 +307,7 @@ class KeyMemo:
         if entry is not None:
             self.bytes -= entry.size
             self.labels_bytes -= entry.size
-        size = _size(value)
+        size = len(value) * DERIVED_BYTES
         self.bytes += size
         self.labels_bytes += size
         self.labels[ident] = _Combined(versions, value, size)
@@ -267,7 +320,7 @@ class KeyMemo:
 
     def _drop_derived(self, key: str) -> None:
         for entry in self.derived.pop(key, {}).values():
-            self.bytes -= entry.size
+            self.bytes -= entry.value.size
 
 
 class MemoView:
@@ -281,17 +334,12 @@ class MemoView:
         self.versions = versions
 
     def derive(
-        self,
-        key: str,
-        tag: Hashable,
-        rows: KeyRows,
-        build: Callable[[KeyRows], Any],
-        update: Callable[[Any, KeyRows, set[str]], Any],
-    ) -> Any:
+        self, key: str, tag: Hashable, rows: KeyRows, rule: NodeRule
+    ) -> NodeValues:
         version = self.versions.get(key)
         if version is None:
-            return build(rows)
-        return self.memo.derive(key, version, tag, rows, build, update)
+            return apply_rule(rule, rows)
+        return self.memo.derive(key, version, tag, rows, rule)
 
     def combined(
         self, keys: Sequence[str], tag: Hashable, maps: Sequence[Mapping[str, int]]
@@ -302,7 +350,3 @@ class MemoView:
         return self.memo.combined(
             keys, tuple(v for v in versions if v is not None), tag, maps
         )
-
-
-def _size(value: Any) -> int:
-    return (len(value) if isinstance(value, Sized) else 1) * DERIVED_BYTES

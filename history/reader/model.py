@@ -18,6 +18,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from history.labels import distinct_keys
+from history.reader.memo import NodeRule, NodeValues, apply_rule
 from history.recency import Row
 
 if TYPE_CHECKING:
@@ -99,23 +100,17 @@ class LabelHistory:
     policies: Policies = NO_POLICIES
     memo: MemoView | None = None
 
-    def derive(
-        self,
-        key: str,
-        tag: Hashable,
-        build: Callable[[KeyRows], Any],
-        update: Callable[[Any, KeyRows, set[str]], Any],
-    ) -> Any:
-        """`build(by_key[key])`, or the value built before for (key, tag) brought
-        up to date: `update(value, rows, changed nodes)` returns the new value and
-        leaves the one it is given unchanged (other readers may hold it; see
-        `memo.KeyMemo`). `build` and `update` must depend on nothing but their
-        arguments, the tag and `replaced` (a change of replacements starts every key
+    def derive(self, key: str, tag: Hashable, rule: NodeRule) -> NodeValues:
+        """`rule` applied to each of `key`'s rows: node -> the value it gave, and
+        the nodes it left UNSETTLED. A store that keeps history between reads keeps
+        the result per (key, tag) and applies the rule again only to the nodes whose
+        rows changed (`memo.KeyMemo`), so `rule` must depend on nothing but the node,
+        its row, the tag and `replaced` (a change of replacements starts every key
         over)."""
         rows = self.by_key.get(key, NO_ROWS)
         if self.memo is None:
-            return build(rows)
-        return self.memo.derive(key, tag, rows, build, update)
+            return apply_rule(rule, rows)
+        return self.memo.derive(key, tag, rows, rule)
 
     def combined(
         self, tag: Hashable, maps: Sequence[Mapping[str, int]]

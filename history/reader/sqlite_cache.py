@@ -44,7 +44,8 @@ POD_LOG_KEEP = 100_000
 PRUNE_EVERY = 60.0
 
 
-# Where a connection keeps its token of its last look (see the module's doc).
+# Where a connection keeps its token of its last look (see the module's doc): the
+# cache, the sqlite3 connection, its data_version and total_changes.
 TOKEN = "kssched_history_token"
 
 
@@ -65,13 +66,14 @@ class SqliteCacheReader(CachedReader):
         # tenth of a Django cursor (errors are still Django's).
         with connection.wrap_database_errors:
             version = raw.execute("PRAGMA data_version").fetchone()[0]
-        token = (raw, version, raw.total_changes)
+        token = (self, raw, version, raw.total_changes)
         seen = getattr(connection, TOKEN, None)
         if (
             self.placement_id is not None
             and seen is not None
-            and seen[0] is raw
-            and seen[1:] == token[1:]
+            and seen[0] is self
+            and seen[1] is raw
+            and seen[2:] == token[2:]
         ):
             return
         with connection.cursor() as cursor:
