@@ -3,8 +3,11 @@ that reads, never changing what it handed out, never missing a write made while 
 fetched, and within its byte budget. On the test database (SQLite or PostgreSQL)."""
 
 import random
+import subprocess
+import sys
 import threading
 
+import orjson
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
@@ -14,7 +17,7 @@ from history.reader import cache as cache_module
 from history.reader import history_reader
 from history.reader.cache import CachedReader, budget_bytes
 from history.reader.sql import SqlReader
-from tests.helpers import in_other_connection
+from tests.helpers import REPO, database_env, in_other_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -190,3 +193,29 @@ def test_inside_a_transaction_the_database_answers():
         assert read(LABELS[0]).by_key["app"]["n1"][0] == 2
         transaction.set_rollback(True)
     assert read(LABELS[0]).by_key["app"]["n1"][0] == 1
+
+
+def test_greenlets_with_their_own_connections_share_one_warm_cache():
+    """Under gevent's monkey patching every greenlet gets its own Django connection;
+    the reads still share one cache: the label's rows are fetched once."""
+    for i, node in enumerate(NODES[:8]):
+        place(f"p{i}", LABELS[0], node)
+    found = subprocess.run(
+        [sys.executable, "-m", "tests.gevent_reads", LABELS[0], ",".join(NODES)],
+        env=database_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    answer = orjson.loads(found.stdout.splitlines()[-1])
+    assert answer["readers"] == 1
+    assert answer["connections"] == 20
+    assert answer["fetches"] == [sorted(set(LABELS[0].split("-")))]
+    assert answer["agree"]
+    expected = read(LABELS[0], SqlReader()).by_key
+    assert answer["rows"] == {
+        key: {node: list(row) for node, row in rows.items()}
+        for key, rows in expected.items()
+    }
