@@ -141,7 +141,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KSSCHED_SCORING", "warm", Choice(SCORING_NAMES)),
     Variable("KSSCHED_HALF_LIFE_DAYS", "7", _days("7")),
     Variable("KSSCHED_HISTORY_CACHE", "true", Flag()),
-    Variable("KSSCHED_HISTORY_CACHE_MB", "96", Number("a number of MiB", "96")),
+    Variable("KSSCHED_HISTORY_CACHE_MB", "256", Number("a number of MiB", "256")),
     Variable("KSSCHED_NODE_RETENTION_DAYS", "90", _days("90", above=False)),
     Variable(
         "KSSCHED_LEDGER_RETENTION_DAYS",

@@ -85,3 +85,14 @@ def _fresh_content_types():
 
     ContentType.objects.clear_cache()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _cold_history_cache():
+    """Every test starts with a cold process cache of history, as a new worker
+    does: the test database's flush between tests writes no ledger row, so a cache
+    kept from an earlier test could not know its rows are gone."""
+    from history.reader import forget_caches
+
+    forget_caches()
+    yield

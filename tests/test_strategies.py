@@ -5,14 +5,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from extender.scoring.keyscores import WarmKey, warm_fast
+from extender.scoring.keyscores import warm_fast
 from extender.scoring.rules import (
     NO_POLICY,
     WarmRules,
     resolve_policy,
     warm_band,
     warm_explain,
-    warm_scores,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy, get_strategy
 from history.ledger import record_placement
@@ -28,18 +27,54 @@ DAY = 86400.0
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+NOW = 1.7e9
+HALF_LIFE = 7 * DAY
+
+
+def fast_scores(keys, history, active, policy, nodes, rules, busy=None):
+    """The scores production's prioritize path gives (`keyscores.warm_fast`) for
+    node-major rows of (key, count, weight at NOW), held equal to the `score` that
+    `warm_explain` (the explain path) gives for the same rows."""
+    by_key = {key: {} for key in keys}
+    for node, rows in history.items():
+        for key, count, weight in rows:
+            by_key.setdefault(key, {})[node] = (count, weight, NOW)
+    label_history = LabelHistory(
+        keys=tuple(keys),
+        by_key=by_key,
+        replaced={},
+        active=active,
+        busy=busy or {},
+        memo=KeyMemo().view(list(keys)),
+    )
+    fast = warm_fast(
+        label_history, nodes, now=NOW, half_life=HALF_LIFE, rules=rules, policy=policy
+    )
+    explained = warm_explain(
+        keys=keys,
+        history=history,
+        active=active,
+        policy=policy,
+        nodes=nodes,
+        rules=rules,
+        busy=busy,
+    )
+    assert fast == [row["score"] for row in explained]
+    return fast
+
+
 def scores(keys, history, active=None, policy=NO_POLICY, nodes=None):
     nodes = nodes or sorted(set(history) | set(active or {}) | {"cold"})
     return dict(
         zip(
             nodes,
-            warm_scores(
-                keys=keys,
-                history=history,
-                active=active or {},
-                policy=policy,
-                nodes=nodes,
-                rules=RULES,
+            fast_scores(
+                keys,
+                history,
+                active or {},
+                NO_POLICY if policy is None else policy,
+                nodes,
+                RULES,
             ),
             strict=True,
         )
@@ -151,15 +186,7 @@ def test_load_above_the_mean_costs_points_down_to_cold():
         return dict(
             zip(
                 nodes,
-                warm_scores(
-                    keys=keys,
-                    history=history,
-                    active={},
-                    policy=NO_POLICY,
-                    nodes=nodes,
-                    rules=RULES,
-                    busy=busy,
-                ),
+                fast_scores(keys, history, {}, NO_POLICY, nodes, RULES, busy),
                 strict=True,
             )
         )
@@ -173,15 +200,11 @@ def test_load_above_the_mean_costs_points_down_to_cold():
     assert loaded({"hot": 300})["hot"] == 1
     # Without the rule (load_penalty 0) load does not matter.
     off = WarmRules(load_penalty=0)
-    assert warm_scores(
-        keys=keys,
-        history=history,
-        active={},
-        policy=NO_POLICY,
-        nodes=nodes,
-        rules=off,
-        busy={"hot": 300},
-    ) == [10, 10, 1]
+    assert fast_scores(keys, history, {}, NO_POLICY, nodes, off, {"hot": 300}) == [
+        10,
+        10,
+        1,
+    ]
 
 
 def test_pod_without_label_scores_zero():
@@ -219,7 +242,7 @@ def test_policies(key_policies, node_policies, expected):
 def test_scores_are_ints_in_range_and_explain_agrees():
     keys = ["a", "b", "c", "d"]
     history = {
-        f"n{i}": [(keys[i % 4], i, i / 3), (keys[(i * 7) % 4], i * 5, i * 1.5)]
+        f"n{i}": [(keys[i % 4], i, i / 3), (keys[(i * 7 + 1) % 4], i * 5, i * 1.5)]
         for i in range(60)
     }
     active = {f"n{i}": i % 5 for i in range(0, 60, 3)}
@@ -228,14 +251,7 @@ def test_scores_are_ints_in_range_and_explain_agrees():
         keys=keys,
         policies=Policies(keys={"b": (True, 1.7)}, nodes={"c": {"n5": "ban"}}),
     )
-    fast = warm_scores(
-        keys=keys,
-        history=history,
-        active=active,
-        policy=policy,
-        nodes=nodes,
-        rules=RULES,
-    )
+    fast = fast_scores(keys, history, active, policy, nodes, RULES)
     explained = warm_explain(
         keys=keys,
         history=history,
@@ -361,8 +377,8 @@ def test_warm_is_the_default_outside_the_test_suite():
     assert default_scoring() == "warm"
 
 
-def test_kept_key_scores_equal_warm_scores_at_every_instant():
-    """Scores kept per key answer what warm_scores answers at any instant of their
+def test_kept_key_scores_equal_explained_scores_at_every_instant():
+    """Scores kept per key answer what warm_explain answers at any instant of their
     window, with rows built to cross min_weight and rounding boundaries inside it."""
     rng = random.Random(11)
     half_life = 7 * DAY
@@ -445,7 +461,7 @@ def test_kept_key_scores_equal_warm_scores_at_every_instant():
             replaced={},
             active=active,
             busy=busy,
-            memo=kept_memo,
+            memo=kept_memo.view(keys),
         )
         for now in [start, end, *(rng.uniform(start, end) for _ in range(15))]:
             exact = {node: weigh(rows, now) for node, rows in history.items()}
@@ -458,7 +474,7 @@ def test_kept_key_scores_equal_warm_scores_at_every_instant():
                 rules=rules,
                 policy=policy,
             )
-            assert kept == warm_scores(
+            explained = warm_explain(
                 keys=keys,
                 history=exact,
                 active=active,
@@ -467,11 +483,12 @@ def test_kept_key_scores_equal_warm_scores_at_every_instant():
                 nodes=asked,
                 rules=rules,
             )
+            assert kept == [row["score"] for row in explained]
         unsettled += sum(
-            len(entry[2].unsettled)
+            len(entry.value.unsettled)
             for by_tag in kept_memo.derived.values()
-            for entry in by_tag.values()
-            if isinstance(entry[2], WarmKey)
+            for tag, entry in by_tag.items()
+            if tag[0] == "warm"
         )
     assert unsettled > 0
 
@@ -488,7 +505,7 @@ def test_kept_key_scores_are_bounded_per_key_across_time_windows():
         replaced={},
         active={},
         busy={},
-        memo=kept,
+        memo=kept.view(["ci"]),
     )
     half_life = 7 * DAY
     for window in range(3 * memo_module.MAX_TAGS):
@@ -497,7 +514,7 @@ def test_kept_key_scores_are_bounded_per_key_across_time_windows():
             history, ["n1"], now=now, half_life=half_life, rules=RULES, policy=NO_POLICY
         )
     assert len(kept.derived["ci"]) == memo_module.MAX_TAGS
-    assert kept.bytes == sum(entry[3] for entry in kept.derived["ci"].values())
+    assert kept.bytes == sum(entry.value.size for entry in kept.derived["ci"].values())
 
 
 def test_combined_label_scores_are_bounded_in_bytes(monkeypatch):
@@ -506,6 +523,7 @@ def test_combined_label_scores_are_bounded_in_bytes(monkeypatch):
 
     monkeypatch.setattr(memo_module, "MAX_COMBINED_BYTES", 3 * 50 * 64)
     kept = KeyMemo()
+    kept.start("ci")
     rows = {f"n{i}": (3, 3.0, 0.0) for i in range(50)}
     for label in range(10):
         key = f"k{label}"
@@ -516,7 +534,7 @@ def test_combined_label_scores_are_bounded_in_bytes(monkeypatch):
             replaced={},
             active={},
             busy={},
-            memo=kept,
+            memo=kept.view(["ci", key]),
         )
         for _ in range(2):
             scores = warm_fast(
@@ -529,4 +547,4 @@ def test_combined_label_scores_are_bounded_in_bytes(monkeypatch):
             )
         assert scores[1] > scores[0]
     assert len(kept.labels) == 3
-    assert kept.labels_bytes == sum(entry[2] for entry in kept.labels.values())
+    assert kept.labels_bytes == sum(entry.size for entry in kept.labels.values())

@@ -3,20 +3,21 @@ candidate nodes without a Python step per node.
 
 A node's `seed` or `warm` score comes from the most specific of the label's keys it
 has history for. So each key's rows are turned once into a node -> score mapping
-for the key's position in the label (`SeedKey`, `WarmKey`), kept by the store per
-key (`LabelHistory.derive`, `history.reader.memo`) and brought up to date node by
-node as rows change. A general key such as `jenkins`, on every node and shared by
-thousands of labels, is worked out once per worker and position, not per label. A
-call then looks every candidate up in each key's mapping, general to specific, with
-`map` (`combine`); only the few nodes with running pods, load above the mean, a
-policy rule or a weight near a threshold are worked out one by one.
+for the key's position in the label by a rule per node (`seed_rule`, `WarmKey`),
+kept by the store per key (`LabelHistory.derive`) and brought up to date node by
+node as rows change: the store applies the rule again to the nodes that changed,
+and the strategies never see which. A general key such as `jenkins`, on every node
+and shared by thousands of labels, is worked out once per process and position, not
+per label. A call then looks every candidate up in each key's mapping, general to
+specific, with `map` (`combine`); only the few nodes with running pods, load above
+the mean, a policy rule or a weight near a threshold are worked out one by one.
 
-`warm` weights fall with time. A `WarmKey` holds the scores valid at every instant
+`warm` weights fall with time. A `WarmKey` gives the scores valid at every instant
 of a time window (WINDOW_HALF_LIVES of a half-life, aligned on multiples of its
 length): a node's score at this key is kept only where it is proven constant over
-the window (`warm_settled`); the others (`unsettled`) are worked out per call at
-the instant asked about. The answer equals `rules.warm_scores` at that instant, to
-the integer (tests/test_strategies.py holds them equal).
+the window (`warm_settled`); the others (UNSETTLED) are worked out per call at
+the instant asked about. The answer equals the `score` of `rules.warm_explain` at
+that instant, to the integer (tests/test_strategies.py holds them equal).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from extender.scoring.rules import (
     warm_band,
     warm_steps,
 )
-from history.reader.model import KeyRows, LabelHistory, positions, row_counts
+from history.reader import UNSETTLED, LabelHistory, NodeRule, NodeValues, Unsettled
+from history.reader.model import positions, row_counts
 from history.recency import MAX_HALVINGS, decayed_weight, weigh
 
 # Window length in half-lives (about 50 minutes for the default of 7 days): over
@@ -71,36 +73,24 @@ def combined(
 ) -> list[int]:
     """`combine` for a label's keys, through the label's combined mapping where the
     store keeps one (a label called again: one lookup per node, not one per key)."""
-    memo = history.memo
-    if memo is not None:
-        keys = sorted(maps_keys(history))
-        value = memo.combined(
-            [key for _, key in keys],
-            tag,
-            memo.versions([key for _, key in keys]),
-            lambda: maps,
-        )
-        if value is not None:
-            return list(map(value.get, nodes, repeat(NO_HISTORY_SCORE)))
+    value = history.combined(tag, maps)
+    if value is not None:
+        return list(map(value.get, nodes, repeat(NO_HISTORY_SCORE)))
     return combine(nodes, maps, NO_HISTORY_SCORE)
-
-
-def maps_keys(history: LabelHistory) -> list[tuple[int, str]]:
-    """(position, key) of a label's distinct keys, general to specific."""
-    where = positions(history.keys)
-    return [(where[key], key) for key in where]
 
 
 # --- seed ---------------------------------------------------------------------------
 
 
-def seed_key(rows: KeyRows, index: int, segments: int) -> dict[str, int]:
-    """node -> the seed score of a node whose most specific warm key is this one."""
+def seed_rule(index: int, segments: int) -> NodeRule:
+    """The seed score of a node whose most specific key with history is the one at
+    `index` of a label with `segments` segments, from its row of that key."""
     step_scores: dict[int, int] = {}
-    found = {}
-    for node, (count, _, _) in rows.items():
+
+    def rule(node: str, row: tuple[int, float, float]) -> int | None:
+        count = row[0]
         if count <= 0:
-            continue
+            return None
         count = count if count < SEED_COUNT_CLAMP else SEED_COUNT_CLAMP
         bucket = count // 10
         score = step_scores.get(bucket)
@@ -108,31 +98,21 @@ def seed_key(rows: KeyRows, index: int, segments: int) -> dict[str, int]:
             score = step_scores[bucket] = seed_score(
                 index=index, count=count, segments=segments
             )
-        found[node] = score
-    return found
+        return score
+
+    return rule
 
 
 def seed_fast(history: LabelHistory, nodes: Sequence[str]) -> list[int]:
-    """`seed` scores of `nodes`, in order (equal to `rules.seed_scores`)."""
+    """`seed` scores of `nodes`, in order (equal to `rules.seed_score` of each node's
+    `rules.seed_matches`)."""
     segments = len(history.keys)
     where = positions(history.keys)
     maps = []
-    for key in sorted(where, key=where.__getitem__):
+    for key in history.general_to_specific:
         index = where[key]
-
-        def build(rows: KeyRows, index: int = index) -> dict[str, int]:
-            return seed_key(rows, index, segments)
-
-        def update(
-            value: dict[str, int], rows: KeyRows, changed: set[str], index: int = index
-        ) -> None:
-            for node in changed:
-                value.pop(node, None)
-            value.update(
-                seed_key({n: rows[n] for n in changed if n in rows}, index, segments)
-            )
-
-        maps.append(history.derive(key, ("seed", index, segments), build, update))
+        rule = seed_rule(index, segments)
+        maps.append(history.derive(key, ("seed", index, segments), rule).values)
     return combined(history, nodes, ("seed", segments), maps)
 
 
@@ -140,26 +120,13 @@ def seed_fast(history: LabelHistory, nodes: Sequence[str]) -> list[int]:
 
 
 class WarmKey:
-    """One key's `warm` base scores at one position of a label, valid at every
-    instant of a time window [start, end].
+    """The rule for one key's `warm` base scores at one position of a label, valid
+    at every instant of a time window [start, end]: a node's base score when it is
+    warm at this key throughout the window, UNSETTLED when its outcome at this key
+    may change within it, None when it is cold at this key throughout (or its row
+    does not count)."""
 
-    `base`: node -> base score for nodes warm at this key throughout the window;
-    `unsettled`: nodes whose outcome at this key may change within it. Nodes cold
-    at this key throughout (or whose row does not count) are in neither.
-    """
-
-    __slots__ = (
-        "index",
-        "low",
-        "high",
-        "rules",
-        "start",
-        "end",
-        "half_life",
-        "replaced",
-        "base",
-        "unsettled",
-    )
+    __slots__ = ("low", "high", "rules", "start", "end", "half_life", "replaced")
 
     def __init__(
         self,
@@ -172,23 +139,17 @@ class WarmKey:
         half_life: float,
         replaced: Mapping[str, float],
     ):
-        self.index = index
         self.low, self.high = warm_band(index=index, segments=segments)
         self.rules = rules
         self.start, self.end, self.half_life = start, end, half_life
         self.replaced = replaced
-        self.base: dict[str, int] = {}
-        self.unsettled: set[str] = set()
 
-    def set_node(self, node: str, row: tuple[int, float, float] | None) -> None:
-        """Classify one node from its row of this key (None: no row)."""
-        self.base.pop(node, None)
-        self.unsettled.discard(node)
-        if row is None:
-            return
+    def __call__(
+        self, node: str, row: tuple[int, float, float]
+    ) -> int | None | Unsettled:
         count, weight, at = row
         if count <= 0 or not row_counts(at, self.replaced.get(node)):
-            return
+            return None
         rules = self.rules
         start, end, half_life = self.start, self.end, self.half_life
         constant = None
@@ -202,10 +163,10 @@ class WarmKey:
         if constant is not None:
             # The same weight at every instant: scored as `rules.warm_steps` does.
             if constant >= rules.min_weight:
-                self.base[node] = self.low + round(
+                return self.low + round(
                     band_position(constant, self.low, self.high, rules)
                 )
-            return
+            return None
         early = min(
             decayed_weight(weight=weight, at=at, now=start, half_life=half_life), count
         )
@@ -214,13 +175,8 @@ class WarmKey:
         )
         base = warm_settled(early, late, self.low, self.high, rules)
         if base is None:
-            self.unsettled.add(node)
-        elif base:
-            self.base[node] = base
-
-    def update(self, rows: KeyRows, changed: set[str]) -> None:
-        for node in changed:
-            self.set_node(node, rows.get(node))
+            return UNSETTLED
+        return base or None
 
 
 def warm_settled(
@@ -277,7 +233,7 @@ def warm_fast(
     rules: WarmRules,
     policy: Policy,
 ) -> list[int]:
-    """`warm` scores of `nodes`, in order (equal to `rules.warm_scores` at `now`)."""
+    """`warm` scores of `nodes`, in order (equal to `rules.warm_explain` at `now`)."""
     keys = history.keys
     segments = len(keys)
     if not keys or not policy.enabled:
@@ -289,34 +245,25 @@ def warm_fast(
     start, end = window(now, half_life)
     where = positions(keys)
     replaced = history.replaced
-    kept: list[WarmKey] = []
-    for key in sorted(where, key=where.__getitem__):
+    kept: list[NodeValues] = []
+    for key in history.general_to_specific:
         index = where[key]
-
-        def build(rows: KeyRows, index: int = index) -> WarmKey:
-            value = WarmKey(
-                index=index,
-                segments=segments,
-                rules=rules,
-                start=start,
-                end=end,
-                half_life=half_life,
-                replaced=replaced,
-            )
-            for node, row in rows.items():
-                value.set_node(node, row)
-            return value
-
-        def update(value: WarmKey, rows: KeyRows, changed: set[str]) -> None:
-            value.update(rows, changed)
-
+        rule = WarmKey(
+            index=index,
+            segments=segments,
+            rules=rules,
+            start=start,
+            end=end,
+            half_life=half_life,
+            replaced=replaced,
+        )
         tag = ("warm", index, segments, rules, half_life, start)
-        kept.append(history.derive(key, tag, build, update))
+        kept.append(history.derive(key, tag, rule))
     scores = combined(
         history,
         nodes,
         ("warm", segments, rules, half_life, start),
-        [value.base for value in kept],
+        [value.values for value in kept],
     )
     # Nodes whose kept score may not be theirs: weights near a threshold, pods of
     # the label, load above the mean, pinned or banned.
@@ -360,7 +307,7 @@ def warm_exact(
     policy: Policy,
 ) -> dict[str, int]:
     """The `warm` scores of the `asked` nodes among the candidate `nodes`, each
-    worked out from its rows weighed at `now` (as `rules.warm_scores` does)."""
+    worked out from its rows weighed at `now` (as `rules.warm_explain` does)."""
     where = positions(history.keys)
     segments = len(history.keys)
     excess = excess_load(history.busy, nodes, rules)

@@ -34,28 +34,6 @@ def seed_score(*, index: int, count: int, segments: int) -> int:
     return min(MAX_SCORE, int(index * step + step + count // 10))
 
 
-def seed_scores(
-    *,
-    segments: int,
-    matches: Mapping[str, tuple[int, int]],
-    nodes: Sequence[str],
-) -> list[int]:
-    """Seed scores for `nodes`, in order, from the best match per node.
-
-    `matches` maps a node to (most specific segment index, count), as
-    `seed_matches` returns it; nodes missing from it score 1. With no segments
-    (the pod has no pipeline label) every node scores 0.
-    """
-    if segments == 0:
-        return [MIN_SCORE] * len(nodes)
-    by_match = {
-        match: seed_score(index=match[0], count=match[1], segments=segments)
-        for match in set(matches.values())
-    }
-    node_scores = {node: by_match[match] for node, match in matches.items()}
-    return [node_scores.get(node, NO_HISTORY_SCORE) for node in nodes]
-
-
 def seed_matches(
     *, keys: Sequence[str], rows: Mapping[str, Sequence[Row]], nodes: Iterable[str]
 ) -> dict[str, tuple[int, int]]:
@@ -212,7 +190,7 @@ def warm_steps(
 ) -> tuple[int, int, int, int, str | None]:
     """One node's (base score, hotspot penalty, load penalty, score, policy applied).
 
-    Positional and tuple-valued: `warm_scores` calls it for thousands of nodes.
+    Positional and tuple-valued: `keyscores.warm_exact` calls it per node.
     """
     if best is None:
         base = low = NO_HISTORY_SCORE
@@ -362,42 +340,3 @@ def warm_explain(
         )
         for node in nodes
     ]
-
-
-def warm_scores(
-    *,
-    keys: Sequence[str],
-    history: Mapping[str, Sequence[tuple[str, int, float]]],
-    active: Mapping[str, int],
-    policy: Policy,
-    nodes: Sequence[str],
-    rules: WarmRules,
-    busy: Mapping[str, int] | None = None,
-) -> list[int]:
-    """The `warm` scores of `nodes`, in order (the `score` of `warm_explain`).
-
-    Only nodes with history, active pods or a node rule are worked out; every other
-    node gets the cold score, so thousands of cold nodes cost a dict lookup each.
-    """
-    if not keys or not policy.enabled:
-        return [MIN_SCORE] * len(nodes)
-    positions = {key: index for index, key in enumerate(keys)}
-    excess = excess_load(busy, nodes, rules)
-    wanted = set(nodes)
-    special = (set(history) | set(active) | set(policy.nodes)) & wanted
-    segments = len(keys)
-    cold = warm_steps(None, segments, 0, 0.0, None, policy, rules)[3]
-    min_weight = rules.min_weight
-    scores = {}
-    for node in special:
-        best = best_segment(history.get(node, ()), positions, min_weight)
-        scores[node] = warm_steps(
-            best,
-            segments,
-            active.get(node, 0),
-            excess(node),
-            policy.nodes.get(node),
-            policy,
-            rules,
-        )[3]
-    return [scores.get(node, cold) for node in nodes]

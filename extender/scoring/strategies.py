@@ -162,7 +162,7 @@ class WarmStrategy:
     def inputs(
         self, *, label: str | None, nodes: Sequence[str], now: float | None = None
     ) -> dict[str, Any]:
-        """The plain data `warm_scores` and `warm_explain` take, read at `now`."""
+        """The plain data `warm_explain` takes, read at `now`."""
         found = self.read(label, nodes)
         if found is None:
             return warm_inputs(None, None, nodes, 0.0, 1.0)
@@ -208,7 +208,7 @@ def warm_inputs(
     now: float,
     half_life: float,
 ) -> dict[str, Any]:
-    """The keyword arguments of `warm_scores`/`warm_explain` for `nodes`: the rows
+    """The keyword arguments of `warm_explain` for `nodes`: the rows
     that count weighed at `now`, the active pods, the load and the policy."""
     if history is None:
         return {

@@ -1,25 +1,36 @@
-"""What the per-worker history caches share: the rows of the keys asked about, held
-once per key whatever the labels that use them, bounded in bytes.
+"""The process cache of history: one per worker process, shared by its threads and
+greenlets, bounded in bytes.
 
-A store's cache (`sqlite_cache`, `postgres_cache`) only says what changed since its
-last look (`sync`): the (key, node) pairs to re-read, whether the small tables must
-be re-read, or that everything must start over. Re-reading is idempotent, so a
-change seen twice does no harm; a change never seen would, and each store explains
-why none is missed.
+It holds the rows of the keys asked about (each key once, whatever the labels that
+use it), the small tables (policies, node replacements) and the running pods, and
+what the strategies derive from the rows (`memo.KeyMemo`).
 
-Keys are kept in least-recently-used order. Their rows, and what the strategies
-derive from them (`memo.KeyMemo`), are counted in estimated bytes; past
-KSSCHED_HISTORY_CACHE_MB the least recently used keys are dropped until the cache
-is under the bound again. A label never seen before costs the rows of its keys not
-yet held: general keys such as `jenkins`, shared by thousands of labels, are read
-once.
+**The one rule.** Before every read the store's change feed (`sync`: the ledger on
+SQLite, the change log on PostgreSQL) says what changed since the cache's
+watermark: the (key, node) pairs to re-read, that the small tables must be re-read,
+the pods that started or stopped, or that it cannot say (the log was pruned past
+the watermark, another database, too many changes), and then everything starts
+over. Re-reading is idempotent, so a change seen twice does no harm; each store
+explains why none is missed.
+
+**Sharing.** `lock` guards the cache; it is held to sync, to publish and to hand out
+a read, never while a label's first rows are fetched or while scoring runs. What
+is handed out is never changed afterwards: a re-read replaces a key's mapping (and
+the running pods' mappings) with a new one, so a reader keeps a consistent view
+and never sees a half-updated one. Nothing is kept per thread, greenlet or
+connection object: a new connection per request reads a warm cache.
+
+**Bound.** Rows and derived values are counted in estimated bytes; past
+KSSCHED_HISTORY_CACHE_MB the least recently used keys are dropped (never those of
+the read being answered).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from django.conf import settings
 from django.db import connection
@@ -39,6 +50,8 @@ ROW_BYTES = 200
 # Estimated bytes of a key without rows (its dict, LRU slot, epoch and log).
 KEY_BYTES = 400
 
+Rows = dict[str, tuple[int, float, float]]
+
 
 def budget_bytes() -> int:
     """KSSCHED_HISTORY_CACHE_MB in bytes."""
@@ -54,18 +67,25 @@ class CachedReader:
 
     def __init__(self) -> None:
         self.sql = SqlReader()
+        self.lock = threading.Lock()
         self.memo = KeyMemo()
+        # Bumped by every start over: a fetch begun before one is not kept.
+        self.generation = 0
         self.clear()
 
     def clear(self) -> None:
-        """Forget everything; the next read loads what it needs."""
+        """Forget everything; the next read loads what it needs (under `lock`, or
+        before the cache is shared)."""
+        self.generation += 1
         # key -> {node: (count, decayed_weight, decayed_at)} for count > 0, in
-        # least-recently-used order.
-        self.rows: OrderedDict[str, dict[str, tuple[int, float, float]]] = OrderedDict()
+        # least-recently-used order; a mapping is replaced, never changed.
+        self.rows: OrderedDict[str, Rows] = OrderedDict()
         self.row_bytes = 0
+        # Keys being fetched outside the lock -> nodes that changed meanwhile.
+        self.fetching: dict[str, set[str]] = {}
         self.memo.clear()
         # Policies and node records, re-read when `sync` says they changed; the
-        # running pods, kept up to date pod by pod (`pod_changed`) once read.
+        # running pods, kept up to date pod by pod once read.
         self.extra_stale = True
         self.running_stale = True
         self.active: dict[str, dict[str, int]] = {}
@@ -78,8 +98,11 @@ class CachedReader:
         """Estimated bytes held: rows, keys and derived values."""
         return self.row_bytes + self.memo.bytes
 
+    # --- what a store implements ------------------------------------------------------
+
     def sync(self) -> None:
-        """Bring the cache up to date: call `changed`, `extra_changed`, `clear`."""
+        """Bring the cache up to date (under `lock`): call `changed`,
+        `extra_changed`, `pods_changed`, `running_changed` or `clear`."""
         raise NotImplementedError
 
     def look_ahead(self) -> None:
@@ -91,47 +114,87 @@ class CachedReader:
     def after_request(self) -> None:
         """Housekeeping that can wait until a request's reply is sent."""
 
+    def running_read(self, snapshot: str | None) -> None:
+        """Every running pod was just read (under `snapshot` on PostgreSQL)."""
+
+    # --- reading ----------------------------------------------------------------------
+
     def read(
         self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
     ) -> LabelHistory:
         """The label's history on every node that has some (see `LabelHistory`)."""
         if connection.in_atomic_block:
             return self.sql.read(keys=keys, label=label, nodes=nodes)
-        self.sync()
-        if self.extra_stale:
-            self._read_extra()
         unique = distinct_keys(keys)
-        missing = [key for key in unique if key not in self.rows]
-        if missing:
-            self._load_rows(missing)
-        rows = self.rows
-        for key in unique:
-            rows.move_to_end(key)
-        self._bound(keep=unique)
-        return LabelHistory(
-            keys=tuple(keys),
-            by_key={key: rows[key] for key in unique},
-            replaced=self.replaced,
-            active=self.active.get(label, {}),
-            busy=self.busy,
-            policies=self.policies,
-            memo=self.memo,
-        )
+        with self.lock:
+            self.sync()
+            if self.extra_stale:
+                self._read_extra()
+            missing = [key for key in unique if key not in self.rows]
+            mine = [key for key in missing if key not in self.fetching]
+            for key in mine:
+                self.fetching[key] = set()
+            generation = self.generation
+            if not missing:
+                return self._hand_out(keys, label, unique, {})
+        try:
+            fetched = self._fetch(missing)
+        except BaseException:
+            with self.lock:
+                if self.generation == generation:
+                    for key in mine:
+                        self.fetching.pop(key, None)
+            raise
+        with self.lock:
+            if self.generation == generation:
+                for key in mine:
+                    self._publish(key, fetched[key], self.fetching.pop(key, set()))
+            return self._hand_out(keys, label, unique, fetched)
 
     def pool(self, *, now: float, days: float) -> tuple[str, ...]:
         """The pipeline pool (`pool.database_pool`)."""
         return database_pool.at(now=now, days=days)
 
-    # --- what `sync` reports --------------------------------------------------------
+    def _hand_out(
+        self,
+        keys: Sequence[str],
+        label: str,
+        unique: Sequence[str],
+        fetched: Mapping[str, Rows],
+    ) -> LabelHistory:
+        """The read's value (under `lock`): the cached mappings as they are now,
+        and rows fetched for this read where the cache has none."""
+        rows = self.rows
+        for key in unique:
+            if key in rows:
+                rows.move_to_end(key)
+        self._bound(keep=unique)
+        return LabelHistory(
+            keys=tuple(keys),
+            by_key={key: rows.get(key) or fetched.get(key) or {} for key in unique},
+            replaced=self.replaced,
+            active=self.active.get(label, {}),
+            busy=self.busy,
+            policies=self.policies,
+            memo=self.memo.view([key for key in unique if key in rows]),
+        )
+
+    # --- what `sync` reports (under `lock`) -------------------------------------------
 
     def is_cached(self, key: str) -> bool:
-        return key in self.rows
+        """Whether a change of `key` matters: held, or being fetched."""
+        return key in self.rows or key in self.fetching
 
     def changed(self, pairs: Mapping[str, set[str]]) -> None:
-        """Re-read the rows of these (key, nodes) pairs; keys not cached are skipped."""
+        """Re-read the rows of these (key, nodes) pairs; keys not cached are skipped
+        and keys being fetched re-read them once published."""
         for key, nodes in pairs.items():
-            if key in self.rows and nodes:
+            if not nodes:
+                continue
+            if key in self.rows:
                 self._reread(key, sorted(nodes))
+            elif key in self.fetching:
+                self.fetching[key].update(nodes)
 
     def extra_changed(self) -> None:
         """The policies or the node records changed."""
@@ -141,49 +204,49 @@ class CachedReader:
         """The running pods must be read again, all of them."""
         self.running_stale = self.extra_stale = True
 
-    def running_read(self, snapshot: str | None) -> None:
-        """Every running pod was just read (under `snapshot` on PostgreSQL)."""
-
-    def pod_changed(self, label: str, node: str, delta: int) -> None:
-        """A pod of `label` on `node` started (+1) or stopped (-1) running."""
+    def pods_changed(self, deltas: Iterable[tuple[str, str, int]]) -> None:
+        """Pods of (label, node) started (+1) or stopped (-1) running: applied to
+        new mappings, which replace the old ones."""
         if self.running_stale:
             return
-        for counts, key in (
-            (self.active.setdefault(label, {}), node),
-            (self.busy, node),
-        ):
-            value = counts.get(key, 0) + delta
-            if value > 0:
-                counts[key] = value
-            else:
-                counts.pop(key, None)
-        if not self.active[label]:
-            del self.active[label]
+        busy = dict(self.busy)
+        active = dict(self.active)
+        copied: set[str] = set()
+        for label, node, delta in deltas:
+            if label not in copied:
+                active[label] = dict(active.get(label, {}))
+                copied.add(label)
+            for counts in (active[label], busy):
+                value = counts.get(node, 0) + delta
+                if value > 0:
+                    counts[node] = value
+                else:
+                    counts.pop(node, None)
+        for label in copied:
+            if not active[label]:
+                del active[label]
+        self.active, self.busy = active, busy
 
-    # --- keys -----------------------------------------------------------------------
+    # --- keys (under `lock`, but `_fetch`) --------------------------------------------
 
     def _bound(self, keep: Sequence[str]) -> None:
         """Drop least recently used keys while over the byte budget (never the keys
         of the read being answered)."""
         budget = budget_bytes()
-        while self.bytes > budget and len(self.rows) > len(keep):
-            key = next(iter(self.rows))
+        rows = self.rows
+        while self.bytes > budget and len(rows) > len(keep):
+            key = next(iter(rows))
             if key in keep:
-                self.rows.move_to_end(key)
+                rows.move_to_end(key)
                 continue
-            self._drop(key)
+            dropped = rows.pop(key)
+            self.row_bytes -= KEY_BYTES + len(dropped) * ROW_BYTES
+            self.memo.forget(key)
 
-    def _drop(self, key: str) -> None:
-        dropped = self.rows.pop(key)
-        self.row_bytes -= KEY_BYTES + len(dropped) * ROW_BYTES
-        self.memo.forget(key)
-
-    def _load_rows(self, keys: list[str]) -> None:
-        """Every row with count > 0 of `keys`, in one query."""
+    def _fetch(self, keys: list[str]) -> dict[str, Rows]:
+        """Every row with count > 0 of `keys`, in one query (outside `lock`)."""
         intern = sys.intern
-        loaded: dict[str, dict[str, tuple[int, float, float]]] = {
-            key: {} for key in keys
-        }
+        loaded: dict[str, Rows] = {key: {} for key in keys}
         marks = ", ".join(["%s"] * len(keys))
         with connection.cursor() as cursor:
             cursor.execute(
@@ -193,10 +256,15 @@ class CachedReader:
             )
             for key, node, count, weight, at in cursor.fetchall():
                 loaded[key][intern(node)] = (count, weight, at)
-        for key, rows in loaded.items():
-            self.rows[key] = rows
-            self.row_bytes += KEY_BYTES + len(rows) * ROW_BYTES
-            self.memo.start(key)
+        return loaded
+
+    def _publish(self, key: str, rows: Rows, changed: set[str]) -> None:
+        """Keep a fetched key, then re-read what changed while it was fetched."""
+        self.rows[key] = rows
+        self.row_bytes += KEY_BYTES + len(rows) * ROW_BYTES
+        self.memo.start(key)
+        if changed:
+            self._reread(key, sorted(changed))
 
     def _reread(self, key: str, nodes: list[str]) -> None:
         marks = ", ".join(["%s"] * len(nodes))
@@ -208,7 +276,7 @@ class CachedReader:
                 [key, *nodes],
             )
             found = {node: (count, weight, at) for node, count, weight, at in cursor}
-        cached = self.rows[key]
+        cached = dict(self.rows[key])
         before = len(cached)
         intern = sys.intern
         for node in nodes:
@@ -217,6 +285,7 @@ class CachedReader:
                 cached[intern(node)] = row
             else:
                 cached.pop(node, None)
+        self.rows[key] = cached
         self.row_bytes += (len(cached) - before) * ROW_BYTES
         self.memo.changed(key, nodes)
 

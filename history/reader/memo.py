@@ -1,12 +1,19 @@
-"""Where a store's per-key data stands, and what callers derive from it.
+"""What callers derive from a key's rows, kept between reads and shared by every
+thread and greenlet of the process.
 
-A store that keeps history between reads (the per-worker caches, the simulator's
-memory) gives each key an epoch and a log of the nodes whose rows changed in it.
-`KeyMemo` keeps, per key, whatever a caller derived from that key's rows (the
-strategies keep each key's node scores): a derived value is brought up to date by
-re-examining only the nodes changed since, and rebuilt when the key starts a new
-epoch. It is the one home of derived data in ks-scheduler; the strategies are pure
-functions of a `LabelHistory` and ask it through `LabelHistory.derive`.
+A store that keeps history between reads (the process cache, the simulator's
+memory) tells `KeyMemo` when a key's rows were loaded (`start`: a new epoch) and
+which nodes changed since (`changed`). A read hands out a `MemoView`: the memo and
+the version, (epoch, changes seen), of each key's rows in that read. The strategies
+ask it through `LabelHistory.derive` with a rule per node (a pure function of one
+node's row: a value to keep, None, or UNSETTLED) and get `NodeValues`; they never
+see a version or a change: the memo applies the rule to every row once, then again
+only to the nodes changed since, and to every row when the key starts a new epoch.
+
+Values are never changed once handed out: an update makes new `NodeValues`, so a
+reader still using older ones is not disturbed, and values are stored only if they
+are at least as recent as the ones they replace. Every access takes `lock`
+briefly; the rule runs outside it.
 
 Memory is counted in estimated bytes (entries times `DERIVED_BYTES`) and bounded by
 the owning store, which drops a key's derived values with its rows.
@@ -14,16 +21,17 @@ the owning store, which drops a key's derived values with its rows.
 
 from __future__ import annotations
 
-import itertools
+import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Sized
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping, Sequence, Set
+from dataclasses import dataclass
+from enum import Enum
 
 # One key's rows (as `model.KeyRows`): node -> (count, decayed_weight, decayed_at).
 KeyRows = Mapping[str, tuple[int, float, float]]
+# A key's version: (epoch, changes seen).
+Version = tuple[int, int]
 
-# Epoch numbers are unique in the process, whichever store makes them.
-_EPOCHS = itertools.count(1)
 # A key's change log starts a new epoch beyond this many entries.
 MAX_CHANGES = 20000
 # Estimated bytes per entry of a derived mapping (a dict slot and a small int).
@@ -35,145 +43,209 @@ DERIVED_BYTES = 64
 MAX_COMBINED = 256
 MAX_COMBINED_BYTES = 16 * 1024 * 1024
 # Derived values kept per key, least recently used dropped first: a key's positions
-# in labels times the strategies, and the `warm` time window each was built for (a
-# new window makes the old one's values useless).
+# in labels times the strategies, and the `warm` time window each was built for.
 MAX_TAGS = 16
+
+
+class Unsettled(Enum):
+    """A rule's answer for a node whose value cannot be kept (worked out per call)."""
+
+    NODE = "unsettled"
+
+
+UNSETTLED = Unsettled.NODE
+# A rule per node: its value from its row of one key (None: nothing to keep).
+NodeRule = Callable[[str, tuple[int, float, float]], int | None | Unsettled]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeValues:
+    """A rule applied to one key's rows: node -> value for the nodes it gave one,
+    and the nodes it could not settle. Never changed once made."""
+
+    values: Mapping[str, int]
+    unsettled: Set[str]
+
+    @property
+    def size(self) -> int:
+        return (len(self.values) + len(self.unsettled)) * DERIVED_BYTES
+
+
+def apply_rule(rule: NodeRule, rows: KeyRows) -> NodeValues:
+    """`rule` on every row."""
+    values: dict[str, int] = {}
+    unsettled: set[str] = set()
+    for node, row in rows.items():
+        value = rule(node, row)
+        if value is UNSETTLED:
+            unsettled.add(node)
+        elif value is not None:
+            values[node] = value
+    return NodeValues(values, unsettled)
+
+
+def reapply_rule(
+    rule: NodeRule, rows: KeyRows, old: NodeValues, changed: set[str]
+) -> NodeValues:
+    """`old` with `rule` applied again to the `changed` nodes' rows (new values)."""
+    values = dict(old.values)
+    unsettled = set(old.unsettled)
+    for node in changed:
+        values.pop(node, None)
+        unsettled.discard(node)
+        row = rows.get(node)
+        if row is None:
+            continue
+        value = rule(node, row)
+        if value is UNSETTLED:
+            unsettled.add(node)
+        elif value is not None:
+            values[node] = value
+    return NodeValues(values, unsettled)
+
+
+@dataclass(slots=True)
+class _Derived:
+    version: Version
+    value: NodeValues
+
+
+@dataclass(slots=True)
+class _Combined:
+    versions: tuple[Version, ...]
+    value: dict[str, int]
+    size: int
 
 
 class KeyMemo:
     """Per key: its epoch, the nodes changed in it, and values derived from it."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._next_epoch = 0
         self.epochs: dict[str, int] = {}
         self.changes: dict[str, list[str]] = {}
-        # key -> tag -> (epoch, changes seen, value, estimated bytes)
-        self.derived: dict[str, dict[Hashable, tuple[int, int, Any, int]]] = {}
-        # (keys, tag) -> (the keys' versions, node -> value, bytes)
-        self.labels: OrderedDict[
-            Hashable, tuple[tuple[tuple[int, int], ...], dict[str, int], int]
-        ] = OrderedDict()
+        # key -> tag -> the latest value derived from the key's rows
+        self.derived: dict[str, dict[Hashable, _Derived]] = {}
+        # (keys, tag) -> a label's combined value; labels seen once
+        self.labels: OrderedDict[Hashable, _Combined] = OrderedDict()
         self.sightings: OrderedDict[Hashable, None] = OrderedDict()
         self.labels_bytes = 0
         self.bytes = 0
 
     def clear(self) -> None:
-        self.epochs.clear()
-        self.changes.clear()
-        self.derived.clear()
-        self.labels.clear()
-        self.sightings.clear()
-        self.labels_bytes = 0
-        self.bytes = 0
+        with self.lock:
+            self.epochs.clear()
+            self.changes.clear()
+            self.derived.clear()
+            self.labels.clear()
+            self.sightings.clear()
+            self.labels_bytes = 0
+            self.bytes = 0
+
+    # --- what the store tells ------------------------------------------------------
 
     def start(self, key: str) -> None:
         """The key's rows were (re)loaded: what was derived from them is gone."""
-        self.epochs[key] = next(_EPOCHS)
-        self.changes[key] = []
-        self._drop_derived(key)
+        with self.lock:
+            self._start(key)
 
     def forget(self, key: str) -> None:
         """The store dropped the key."""
-        self.epochs.pop(key, None)
-        self.changes.pop(key, None)
-        self._drop_derived(key)
+        with self.lock:
+            self.epochs.pop(key, None)
+            self.changes.pop(key, None)
+            self._drop_derived(key)
 
     def restart_all(self) -> None:
         """Something every derived value depends on changed (node replacements)."""
-        for key in list(self.epochs):
-            self.start(key)
+        with self.lock:
+            for key in list(self.epochs):
+                self._start(key)
 
-    def changed(self, key: str, nodes: Iterable[str]) -> None:
+    def changed(self, key: str, nodes: Sequence[str]) -> None:
         """These nodes' rows of `key` changed."""
-        changes = self.changes.get(key)
-        if changes is None:
-            return
-        changes.extend(nodes)
-        if len(changes) > MAX_CHANGES:
-            self.start(key)
+        with self.lock:
+            changes = self.changes.get(key)
+            if changes is None:
+                return
+            changes.extend(nodes)
+            if len(changes) > MAX_CHANGES:
+                self._start(key)
 
-    def version(self, key: str) -> tuple[int, int]:
-        return self.epochs.get(key, 0), len(self.changes.get(key, ()))
+    def view(self, keys: Sequence[str]) -> MemoView:
+        """The versions of `keys` now, for a read that hands out their rows now
+        (keys the memo does not hold are left out: nothing is kept for them)."""
+        with self.lock:
+            versions = {
+                key: (epoch, len(self.changes[key]))
+                for key in keys
+                if (epoch := self.epochs.get(key)) is not None
+            }
+        return MemoView(self, versions)
+
+    # --- what readers ask -----------------------------------------------------------
 
     def derive(
-        self,
-        key: str,
-        tag: Hashable,
-        rows: KeyRows,
-        build: Callable[[KeyRows], Any],
-        update: Callable[[Any, KeyRows, set[str]], None],
-    ) -> Any:
-        """`build(rows)`, kept per (key, tag) and brought up to date with
-        `update(value, rows, changed nodes)` while the key's epoch lasts."""
-        epoch = self.epochs.get(key)
-        if epoch is None:
-            return build(rows)
-        changes = self.changes[key]
-        by_tag = self.derived.setdefault(key, {})
-        entry = by_tag.get(tag)
-        if entry is not None and entry[0] == epoch:
-            value = entry[2]
-            del by_tag[tag]  # re-inserted last: most recently used
-            if entry[1] < len(changes):
-                update(value, rows, set(changes[entry[1] :]))
-                size = _size(value)
-                self.bytes += size - entry[3]
-                entry = (epoch, len(changes), value, size)
-            by_tag[tag] = entry
-            return value
-        value = build(rows)
-        size = _size(value)
-        if entry is not None:
-            self.bytes -= entry[3]
-            del by_tag[tag]
-        while len(by_tag) >= MAX_TAGS:
-            oldest = next(iter(by_tag))
-            self.bytes -= by_tag.pop(oldest)[3]
-        self.bytes += size
-        by_tag[tag] = (epoch, len(changes), value, size)
+        self, key: str, version: Version, tag: Hashable, rows: KeyRows, rule: NodeRule
+    ) -> NodeValues:
+        """`rule` applied to `rows`, or the values kept for (key, tag) brought up to
+        `version` (that of `rows`) by applying it to the nodes changed since."""
+        epoch, seen = version
+        with self.lock:
+            if self.epochs.get(key) != epoch:
+                old = None
+            else:
+                entry = self.derived.get(key, {}).get(tag)
+                old = entry if entry is not None and entry.version[0] == epoch else None
+                if old is not None and old.version[1] == seen:
+                    return old.value
+                if old is not None and old.version[1] < seen:
+                    changed = set(self.changes[key][old.version[1] : seen])
+                else:
+                    old = None
+        if old is None:
+            value = apply_rule(rule, rows)
+        else:
+            value = reapply_rule(rule, rows, old.value, changed)
+        with self.lock:
+            self._keep(key, version, tag, value)
         return value
-
-    def versions(self, keys: Sequence[str]) -> tuple[tuple[int, int], ...]:
-        return tuple(self.version(key) for key in keys)
 
     def combined(
         self,
         keys: Sequence[str],
+        versions: tuple[Version, ...],
         tag: Hashable,
-        versions: tuple[tuple[int, int], ...],
-        maps: Callable[[], Sequence[Mapping[str, int]]],
-    ) -> dict[str, int] | None:
-        """node -> its value in the last of the keys' mappings (`maps()`, derived
-        from `keys` general to specific) that has it, kept per label from its second
-        call on (None before), and brought up to date node by node while the keys'
-        epochs last. `versions` are the keys' versions when `maps()` is current."""
+        maps: Sequence[Mapping[str, int]],
+    ) -> Mapping[str, int] | None:
+        """node -> its value in the last of `maps` (derived from `keys` general to
+        specific, at `versions`) that has it, kept per label from its second call on
+        (None before) and brought up to date node by node while the keys' epochs
+        last."""
         ident = (tuple(keys), tag)
-        entry = self.labels.get(ident)
-        if entry is None:
-            if ident not in self.sightings:
-                self.sightings[ident] = None
-                if len(self.sightings) > MAX_COMBINED:
-                    self.sightings.popitem(last=False)
-                return None
-            del self.sightings[ident]
+        with self.lock:
+            entry = self.labels.get(ident)
+            if entry is None:
+                if ident not in self.sightings:
+                    self.sightings[ident] = None
+                    if len(self.sightings) > MAX_COMBINED:
+                        self.sightings.popitem(last=False)
+                    return None
+                del self.sightings[ident]
+            else:
+                self.labels.move_to_end(ident)
+                if entry.versions == versions:
+                    return entry.value
+            changed = self._changed_between(keys, entry, versions)
+        if changed is None:
             value: dict[str, int] = {}
-            for mapping in maps():
-                value.update(mapping)
-            self._keep_label(ident, versions, value, None)
-            return value
-        self.labels.move_to_end(ident)
-        seen, value, _ = entry
-        if seen == versions:
-            return value
-        if any(old[0] != new[0] for old, new in zip(seen, versions, strict=True)):
-            value = {}
-            for mapping in maps():
+            for mapping in maps:
                 value.update(mapping)
         else:
-            changed: set[str] = set()
-            for key, old, new in zip(keys, seen, versions, strict=True):
-                if old != new:
-                    changed.update(self.changes[key][old[1] : new[1]])
-            found = list(reversed(maps()))
+            assert entry is not None
+            value = dict(entry.value)
+            found = list(reversed(maps))
             for node in changed:
                 for mapping in found:
                     score = mapping.get(node)
@@ -182,34 +254,99 @@ class KeyMemo:
                         break
                 else:
                     value.pop(node, None)
-        self._keep_label(ident, versions, value, entry)
+        with self.lock:
+            self._keep_label(ident, versions, value)
         return value
 
-    def _keep_label(
-        self,
-        ident: Hashable,
-        versions: tuple[tuple[int, int], ...],
-        value: dict[str, int],
-        entry: tuple[Any, Any, int] | None,
+    # --- under the lock -------------------------------------------------------------
+
+    def _start(self, key: str) -> None:
+        self._next_epoch += 1
+        self.epochs[key] = self._next_epoch
+        self.changes[key] = []
+        self._drop_derived(key)
+
+    def _keep(
+        self, key: str, version: Version, tag: Hashable, value: NodeValues
     ) -> None:
+        if self.epochs.get(key) != version[0]:
+            return
+        by_tag = self.derived.setdefault(key, {})
+        entry = by_tag.pop(tag, None)
         if entry is not None:
-            self.bytes -= entry[2]
-            self.labels_bytes -= entry[2]
-        size = _size(value)
+            if entry.version[0] == version[0] and entry.version[1] > version[1]:
+                by_tag[tag] = entry  # a newer one is kept already
+                return
+            self.bytes -= entry.value.size
+        while len(by_tag) >= MAX_TAGS:
+            self.bytes -= by_tag.pop(next(iter(by_tag))).value.size
+        self.bytes += value.size
+        by_tag[tag] = _Derived(version, value)
+
+    def _changed_between(
+        self,
+        keys: Sequence[str],
+        entry: _Combined | None,
+        versions: tuple[Version, ...],
+    ) -> set[str] | None:
+        """The nodes changed in `keys` from the entry's versions to `versions`, or
+        None when the value must be built again."""
+        if entry is None:
+            return None
+        changed: set[str] = set()
+        for key, old, new in zip(keys, entry.versions, versions, strict=True):
+            if old[0] != new[0] or old[1] > new[1] or self.epochs.get(key) != new[0]:
+                return None
+            changed.update(self.changes[key][old[1] : new[1]])
+        return changed
+
+    def _keep_label(
+        self, ident: Hashable, versions: tuple[Version, ...], value: dict[str, int]
+    ) -> None:
+        entry = self.labels.pop(ident, None)
+        if entry is not None:
+            self.bytes -= entry.size
+            self.labels_bytes -= entry.size
+        size = len(value) * DERIVED_BYTES
         self.bytes += size
         self.labels_bytes += size
-        self.labels[ident] = (versions, value, size)
+        self.labels[ident] = _Combined(versions, value, size)
         while len(self.labels) > 1 and (
             len(self.labels) > MAX_COMBINED or self.labels_bytes > MAX_COMBINED_BYTES
         ):
-            dropped = self.labels.popitem(last=False)[1][2]
+            dropped = self.labels.popitem(last=False)[1].size
             self.bytes -= dropped
             self.labels_bytes -= dropped
 
     def _drop_derived(self, key: str) -> None:
         for entry in self.derived.pop(key, {}).values():
-            self.bytes -= entry[3]
+            self.bytes -= entry.value.size
 
 
-def _size(value: Any) -> int:
-    return (len(value) if isinstance(value, Sized) else 1) * DERIVED_BYTES
+class MemoView:
+    """The memo as one read sees it: each key's version when its rows were handed
+    out. Callers go through `LabelHistory.derive` and `LabelHistory.combined`."""
+
+    __slots__ = ("memo", "versions")
+
+    def __init__(self, memo: KeyMemo, versions: Mapping[str, Version]):
+        self.memo = memo
+        self.versions = versions
+
+    def derive(
+        self, key: str, tag: Hashable, rows: KeyRows, rule: NodeRule
+    ) -> NodeValues:
+        version = self.versions.get(key)
+        if version is None:
+            return apply_rule(rule, rows)
+        return self.memo.derive(key, version, tag, rows, rule)
+
+    def combined(
+        self, keys: Sequence[str], tag: Hashable, maps: Sequence[Mapping[str, int]]
+    ) -> Mapping[str, int] | None:
+        versions = [self.versions.get(key) for key in keys]
+        if any(version is None for version in versions):
+            return None
+        return self.memo.combined(
+            keys, tuple(v for v in versions if v is not None), tag, maps
+        )

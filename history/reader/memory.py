@@ -2,8 +2,9 @@
 
 Placing a pod adds to its keys' rows exactly as the ledger's upsert does
 (`recency.accumulate_decayed`), so the strategies score a simulated cluster through
-the same `LabelHistory` they get from the database. Like the per-worker caches it
-keeps what the strategies derive per key (`memo.KeyMemo`), told of every change.
+the same `LabelHistory` they get from the database. Like the process cache it keeps
+what the strategies derive per key (`memo.KeyMemo`), told of every change. It
+belongs to one thread (the simulator's): its mappings change in place.
 """
 
 from __future__ import annotations
@@ -93,5 +94,5 @@ class MemoryHistory:
             active=self.active.get(label, {}),
             busy=self.busy,
             policies=self.policies,
-            memo=self.memo,
+            memo=self.memo.view(unique),
         )

@@ -18,10 +18,11 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from history.labels import distinct_keys
+from history.reader.memo import NodeRule, NodeValues, apply_rule
 from history.recency import Row
 
 if TYPE_CHECKING:
-    from history.reader.memo import KeyMemo
+    from history.reader.memo import MemoView
 
 # One key's rows: node -> (count, decayed_weight, decayed_at), count > 0.
 KeyRows = Mapping[str, tuple[int, float, float]]
@@ -85,10 +86,10 @@ class LabelHistory:
       pipeline pods running now (idle nodes absent from both).
     - `policies`: the policy rows of the label's keys.
     - `memo`: set by stores that keep history between reads: where callers keep
-      what they derive from one key's rows (see `derive`).
+      what they derive from the keys' rows (see `derive` and `combined`).
 
-    A cached value shares the store's mappings: use it before the next read on the
-    same thread, and never change it.
+    A cached value shares the store's mappings, which the store never changes once
+    handed out (it replaces them): never change them either.
     """
 
     keys: tuple[str, ...]
@@ -97,23 +98,37 @@ class LabelHistory:
     active: Mapping[str, int]
     busy: Mapping[str, int]
     policies: Policies = NO_POLICIES
-    memo: KeyMemo | None = None
+    memo: MemoView | None = None
 
-    def derive(
-        self,
-        key: str,
-        tag: Hashable,
-        build: Callable[[KeyRows], Any],
-        update: Callable[[Any, KeyRows, set[str]], None],
-    ) -> Any:
-        """`build(by_key[key])`, or the value built before for (key, tag) brought
-        up to date by `update(value, rows, changed nodes)` (see `memo.KeyMemo`).
-        `build` and `update` must depend on nothing but their arguments, the tag and
-        `replaced` (a change of replacements starts every key over)."""
+    def derive(self, key: str, tag: Hashable, rule: NodeRule) -> NodeValues:
+        """`rule` applied to each of `key`'s rows: node -> the value it gave, and
+        the nodes it left UNSETTLED. A store that keeps history between reads keeps
+        the result per (key, tag) and applies the rule again only to the nodes whose
+        rows changed (`memo.KeyMemo`), so `rule` must depend on nothing but the node,
+        its row, the tag and `replaced` (a change of replacements starts every key
+        over)."""
         rows = self.by_key.get(key, NO_ROWS)
         if self.memo is None:
-            return build(rows)
-        return self.memo.derive(key, tag, rows, build, update)
+            return apply_rule(rule, rows)
+        return self.memo.derive(key, tag, rows, rule)
+
+    def combined(
+        self, tag: Hashable, maps: Sequence[Mapping[str, int]]
+    ) -> Mapping[str, int] | None:
+        """node -> its value in the last of `maps` that has it, where `maps` were
+        derived (`derive`) from the label's distinct keys, general to specific,
+        under `tag`: kept by the store for a label called again, None when it keeps
+        none (then combine the maps per call)."""
+        if self.memo is None:
+            return None
+        return self.memo.combined(self.general_to_specific, tag, maps)
+
+    @property
+    def general_to_specific(self) -> list[str]:
+        """The label's distinct keys, each at its most specific position, general
+        to specific."""
+        where = positions(self.keys)
+        return sorted(where, key=where.__getitem__)
 
     @property
     def unique(self) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""The PostgreSQL worker's cache: it follows a change log read against snapshots.
+"""The process cache's change feed on PostgreSQL: a change log read against
+snapshots.
 
 Triggers (migration 0005) log every change to the tables scoring reads, in the
 writing transaction, with that transaction's id: a KeyNode row change logs its
@@ -6,13 +7,15 @@ writing transaction, with that transaction's id: a KeyNode row change logs its
 "other" row, a TRUNCATE logs "start over". Whatever writes (the admin, the
 watcher, a management command, raw SQL), the log is written.
 
-Each worker remembers the snapshot of its last look. Per call it runs one
-statement (`pg_look`, prepared per connection) that returns the current snapshot
-(`pg_current_snapshot()`) together with the log rows its previous snapshot did not
-see (`NOT pg_visible_in_snapshot`, from that snapshot's xmin on, which the index on
-`xid` serves). A view sends it ahead (`look_ahead`, see
-`history.reader.reading_ahead`) so that the round trip overlaps parsing the
-request.
+The process cache remembers the snapshot of its last look (its watermark, the
+database's and not a connection's: every connection of the process follows from
+it). Per call it runs one statement (`pg_look`, prepared per connection) that
+returns the current snapshot (`pg_current_snapshot()`) together with the log rows
+the previous snapshot did not see (`NOT pg_visible_in_snapshot`, from that
+snapshot's xmin on, which the index on `xid` serves). A view sends it ahead on its
+connection (`look_ahead`, see `history.reader.reading_ahead`) so that the round
+trip overlaps parsing the request; its answer is used only if no other look moved
+the watermark meanwhile (otherwise `sync` looks again).
 
 Why nothing is missed, whatever the commit order of concurrent writers: the
 snapshot and the rows come from one statement, so they describe the same state.
@@ -39,15 +42,15 @@ Start over (forget everything, keep only the new snapshot) when:
 - a TRUNCATE was logged, or more changes arrived than `MAX_SYNC_PAIRS`.
 
 The check runs on the driver's connection, without Django's per-request health
-check round trip; a broken connection is reopened once and the call retried. The
-cache itself survives a reconnect: its watermark is the database's, not the
-connection's.
+check round trip; a broken connection is reopened once and the call retried. Each
+connection is met once (which database it reaches; the look prepared on it).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import weakref
 from typing import Any
 
 import psycopg
@@ -118,18 +121,22 @@ def _visible(xid: int, snapshot: str) -> bool:
 
 
 class PostgresCacheReader(CachedReader):
-    """The cache of one worker thread on PostgreSQL."""
+    """The process cache on PostgreSQL, following the change log."""
 
     def __init__(self) -> None:
         super().__init__()
         # How often this cache started over (for tests and the logs).
         self.starts = 0
-        # The driver connection last used, and the database it reaches.
-        self.raw: psycopg.Connection | None = None
-        self.identity: str | None = None
+        # The driver connections met, and the database each reaches.
+        self.identities: weakref.WeakKeyDictionary[psycopg.Connection, str | None] = (
+            weakref.WeakKeyDictionary()
+        )
         self.pruned_at = time.monotonic()
-        # The connection a look was sent on ahead of `sync` (see `look_ahead`).
-        self.ahead: psycopg.Connection | None = None
+        # Connections with a look sent ahead of `sync`, and the snapshot it was
+        # sent for (see `look_ahead`).
+        self.sent: weakref.WeakKeyDictionary[psycopg.Connection, str | None] = (
+            weakref.WeakKeyDictionary()
+        )
         # Whether the look is sent as the connection's prepared statement.
         self.prepared = True
 
@@ -141,15 +148,20 @@ class PostgresCacheReader(CachedReader):
         # may still report changes it saw.
         self.running_snapshot: str | None = None
 
+    @property
+    def ahead(self) -> psycopg.Connection | None:
+        """This thread's connection if a look was sent ahead on it."""
+        raw = connection.connection
+        return raw if raw is not None and raw in self.sent else None
+
     def sync(self) -> None:
         try:
-            rows = self._look()
+            rows, system = self._look()
         except DjangoDatabaseError:
             # A connection that broke while idle: reopen it once.
             connection.close()
-            rows = self._look()
+            rows, system = self._look()
         snapshot, horizon, *_ = rows[0]
-        system = self.identity
         previous = self.snapshot
         if previous is not None and (
             system != self.system
@@ -165,6 +177,7 @@ class PostgresCacheReader(CachedReader):
             self.starts += 1
         else:
             pairs: dict[str, set[str]] = {}
+            pods = []
             running = self.running_snapshot
             for _, _, kind, key, node, xid in rows:
                 if kind == Change.KEY_NODE:
@@ -177,8 +190,9 @@ class PostgresCacheReader(CachedReader):
                     # previous look (under `running`) may hold it already.
                     if running is None or not _visible(xid, running):
                         delta = 1 if kind == Change.POD_STARTED else -1
-                        self.pod_changed(key, node, delta)
+                        pods.append((key, node, delta))
             self.changed(pairs)
+            self.pods_changed(pods)
         self.snapshot, self.system = snapshot, system
         if self.running_snapshot is not None and _xmin(snapshot) >= _xmax(
             self.running_snapshot
@@ -190,60 +204,74 @@ class PostgresCacheReader(CachedReader):
         self.running_snapshot = snapshot
 
     def look_ahead(self) -> None:
-        """Send this request's look now; `sync` takes its answer.
+        """Send this request's look now, on this thread's connection; `sync` takes
+        its answer.
 
         The round trip then overlaps the caller's own work (reading and parsing the
-        request body) instead of adding to it. Only on the connection that is open
-        and idle, outside transactions: otherwise `sync` looks as usual. The look's
-        snapshot is taken when the request is already being served, so it sees every
-        write committed before the request was sent, as a look inside `sync` does.
+        request body) instead of adding to it. Only on a connection already met,
+        open and idle, outside transactions: otherwise `sync` looks as usual. The
+        look's snapshot is taken when the request is already being served, so it
+        sees every write committed before the request was sent, as a look inside
+        `sync` does.
         """
-        raw = self.raw
+        raw = connection.connection
         if (
-            self.ahead is not None
-            or raw is None
-            or raw is not connection.connection
+            raw is None
+            or raw in self.sent
+            or raw not in self.identities
             or connection.in_atomic_block
             or raw.pgconn.transaction_status != pq.TransactionStatus.IDLE
         ):
             return
+        previous = self.snapshot
         try:
-            pg_look.send(raw.pgconn, self.snapshot, prepared=self.prepared)
+            pg_look.send(raw.pgconn, previous, prepared=self.prepared)
         except psycopg.Error:
             # A broken connection: `sync` reopens it.
             return
-        self.ahead = raw
+        self.sent[raw] = previous
 
     def settle(self) -> None:
         """Take the answer of a look sent ahead that no `sync` took (the request
         ended before reading any history), so the connection is idle again."""
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None and not ahead.closed:
+        raw = connection.connection
+        if raw is None or raw not in self.sent:
+            return
+        del self.sent[raw]
+        if not raw.closed:
             try:
-                pg_look.take(ahead.pgconn)
+                pg_look.take(raw.pgconn)
             except psycopg.Error as exc:
                 logger.warning("A history look sent ahead failed: %s", exc)
 
-    def _look(self) -> list[tuple[Any, ...]]:
-        """The current snapshot and the log rows the previous one did not see."""
-        ahead, self.ahead = self.ahead, None
+    def _look(self) -> tuple[list[tuple[Any, ...]], str | None]:
+        """The current snapshot and the log rows the cache's snapshot did not see,
+        and the database the connection reaches (under `lock`)."""
         connection.ensure_connection()
         raw = connection.connection
         with connection.wrap_database_errors:
-            if raw is not self.raw:
+            if raw not in self.identities:
                 self._meet(raw)
-            if ahead is not raw:
-                pg_look.send(raw.pgconn, self.snapshot, prepared=self.prepared)
-            try:
-                return pg_look.take(raw.pgconn)
-            except psycopg.errors.InvalidSqlStatementName:
-                logger.info(
-                    "The prepared history look is gone (a transaction-pooling "
-                    "proxy?): sending it unprepared from now on"
-                )
-                self.prepared = False
-                pg_look.send(raw.pgconn, self.snapshot, prepared=False)
-                return pg_look.take(raw.pgconn)
+            if raw in self.sent:
+                previous = self.sent.pop(raw)
+                rows = self._take(raw, previous)
+                if previous == self.snapshot:
+                    return rows, self.identities[raw]
+                # Another look moved the watermark since it was sent: look again.
+            pg_look.send(raw.pgconn, self.snapshot, prepared=self.prepared)
+            return self._take(raw, self.snapshot), self.identities[raw]
+
+    def _take(self, raw: psycopg.Connection, previous: str | None) -> list[Any]:
+        try:
+            return pg_look.take(raw.pgconn)
+        except psycopg.errors.InvalidSqlStatementName:
+            logger.info(
+                "The prepared history look is gone (a transaction-pooling "
+                "proxy?): sending it unprepared from now on"
+            )
+            self.prepared = False
+            pg_look.send(raw.pgconn, previous, prepared=False)
+            return pg_look.take(raw.pgconn)
 
     def _meet(self, raw: psycopg.Connection) -> None:
         """A new connection: ask which database it reaches, prepare the look."""
@@ -251,14 +279,16 @@ class PostgresCacheReader(CachedReader):
             cursor.execute(_IDENTITY)
             row = cursor.fetchone()
         pg_look.prepare(raw)
-        self.raw, self.identity = raw, row[0] if row else None
+        self.identities[raw] = row[0] if row else None
         self.prepared = True
 
     def after_request(self) -> None:
         """Prune the log if this worker's turn came (the reply is already sent)."""
-        if time.monotonic() - self.pruned_at > PRUNE_EVERY:
+        with self.lock:
+            if time.monotonic() - self.pruned_at <= PRUNE_EVERY:
+                return
             self.pruned_at = time.monotonic()
-            self.prune()
+        self.prune()
 
     def prune(self) -> int:
         """Move the horizon if its time came, then delete up to PRUNE_BATCH log rows

@@ -1,22 +1,27 @@
-"""The SQLite worker's cache: it follows the ledger.
+"""The process cache's change feed on SQLite: the ledger.
 
 A prioritize call for 5000 nodes and a four-segment label reads about 12 000 KeyNode
 rows; on SQLite that query alone takes about 10 ms, five times what parsing and
 answering the request costs. So each web worker keeps the rows of the keys it has
-been asked about in memory (`cache.CachedReader`) and brings them up to date before
-each answer.
+been asked about in memory (`cache.CachedReader`, one per process) and brings them
+up to date before each answer.
 
 It knows what changed from the ledger: every write to a KeyNode count goes with a
 new Placement or CountAdjustment row in the same transaction (the invariant
-`audit_counts` checks). Before each read it asks SQLite whether anything was
-committed (`PRAGMA data_version` for other connections, `total_changes` for its
-own); if so it reads the ledger rows added since the last look and re-reads the
-rows of the (key, node) pairs they name, applies the pods that started or stopped
-running since (`history_podlog`, written by triggers: migration 0010) and re-reads
-the policies and node records (two small tables). SQLite commits one writer at a
-time, so ids become visible in order and none is skipped; the pod log is pruned
-after requests (POD_LOG_KEEP rows are kept), and a cache that fell behind the
-pruned part reads the running pods again.
+`audit_counts` checks). The watermark is the last ledger ids the cache has seen,
+the database's and not a connection's, so every connection of the process follows
+from it. Before each read the connection asks SQLite whether anything was committed
+since its own last look (`PRAGMA data_version` for other connections,
+`total_changes` for its own; both are per connection, so each connection keeps its
+token); if nothing was, the cache is at least as recent as that look. Otherwise it
+reads the ledger rows added since the watermark and re-reads the rows of the (key,
+node) pairs they name, applies the pods that started or stopped running since
+(`history_podlog`, written by triggers: migration 0010) and re-reads the policies
+and node records (two small tables). SQLite commits one writer at a time, so ids
+become visible in order and none is skipped; ledger ids that went backwards (the
+file was replaced) start the cache over. The pod log is pruned after requests
+(POD_LOG_KEEP rows are kept), and a cache that fell behind the pruned part reads
+the running pods again.
 """
 
 from __future__ import annotations
@@ -39,13 +44,16 @@ POD_LOG_KEEP = 100_000
 PRUNE_EVERY = 60.0
 
 
+# Where a connection keeps its token of its last look (see the module's doc): the
+# cache, the sqlite3 connection, its data_version and total_changes.
+TOKEN = "kssched_history_token"
+
+
 class SqliteCacheReader(CachedReader):
-    """The cache of one SQLite connection (a new connection starts over)."""
+    """The process cache on SQLite, following the ledger."""
 
     def clear(self) -> None:
         super().clear()
-        self.raw = None
-        self.token: tuple[int, int] | None = None
         self.placement_id: int | None = None
         self.adjustment_id = 0
         self.pod_id = 0
@@ -54,36 +62,48 @@ class SqliteCacheReader(CachedReader):
     def sync(self) -> None:
         connection.ensure_connection()
         raw = connection.connection
-        if raw is not self.raw:
-            self.clear()
-            self.raw = raw
         # Asked on every call: straight on the sqlite3 connection, which costs a
         # tenth of a Django cursor (errors are still Django's).
         with connection.wrap_database_errors:
             version = raw.execute("PRAGMA data_version").fetchone()[0]
-        token = (version, raw.total_changes)
-        if token == self.token:
+        token = (self, raw, version, raw.total_changes)
+        seen = getattr(connection, TOKEN, None)
+        if (
+            self.placement_id is not None
+            and seen is not None
+            and seen[0] is self
+            and seen[1] is raw
+            and seen[2:] == token[2:]
+        ):
             return
         with connection.cursor() as cursor:
-            if self.placement_id is None:
+            if self.placement_id is None or not self._follow_ledger(cursor):
+                self.clear()
                 self._mark(cursor)
-            else:
-                self._follow_ledger(cursor)
         self.extra_changed()
-        self.token = token
+        setattr(connection, TOKEN, token)
 
     def _mark(self, cursor: CursorWrapper) -> None:
         """Remember where the ledger ends; rows read after this are current."""
-        cursor.execute(f"SELECT MAX(id) FROM {Placement._meta.db_table}")
-        self.placement_id = cursor.fetchone()[0] or 0
-        cursor.execute(f"SELECT MAX(id) FROM {CountAdjustment._meta.db_table}")
-        self.adjustment_id = cursor.fetchone()[0] or 0
-        cursor.execute(f"SELECT MAX(id) FROM {POD_LOG}")
-        self.pod_id = cursor.fetchone()[0] or 0
+        self.placement_id, self.adjustment_id, self.pod_id = self._ends(cursor)
         self.running_changed()
 
-    def _follow_ledger(self, cursor: CursorWrapper) -> None:
-        """Re-read the rows of the pairs named by ledger rows added since."""
+    def _ends(self, cursor: CursorWrapper) -> tuple[int, int, int]:
+        """The last ids of the placements, the adjustments and the pod log."""
+        cursor.execute(
+            f"SELECT (SELECT MAX(id) FROM {Placement._meta.db_table}), "
+            f"(SELECT MAX(id) FROM {CountAdjustment._meta.db_table}), "
+            f"(SELECT MAX(id) FROM {POD_LOG})"
+        )
+        placement, adjustment, pod = cursor.fetchone()
+        return placement or 0, adjustment or 0, pod or 0
+
+    def _follow_ledger(self, cursor: CursorWrapper) -> bool:
+        """Re-read the rows of the pairs named by ledger rows added since; False
+        when the ledger cannot say (too many rows, or ids went backwards)."""
+        placement, adjustment, _ = self._ends(cursor)
+        if placement < (self.placement_id or 0) or adjustment < self.adjustment_id:
+            return False
         cursor.execute(
             f"SELECT id, label, node FROM {Placement._meta.db_table} "
             f"WHERE id > %s ORDER BY id LIMIT %s",
@@ -97,11 +117,7 @@ class SqliteCacheReader(CachedReader):
         )
         adjustments = cursor.fetchall()
         if len(placements) > MAX_SYNC_PAIRS or len(adjustments) > MAX_SYNC_PAIRS:
-            raw = self.raw
-            self.clear()
-            self.raw = raw
-            self._mark(cursor)
-            return
+            return False
         pairs: dict[str, set[str]] = {}
         for row_id, label, node in placements:
             self.placement_id = max(self.placement_id or 0, row_id)
@@ -114,6 +130,7 @@ class SqliteCacheReader(CachedReader):
                 pairs.setdefault(key, set()).add(node)
         self.changed(pairs)
         self._follow_pods(cursor)
+        return True
 
     def _follow_pods(self, cursor: CursorWrapper) -> None:
         """Apply the pods that started or stopped running since the last look."""
@@ -131,16 +148,16 @@ class SqliteCacheReader(CachedReader):
             cursor.execute(f"SELECT MAX(id) FROM {POD_LOG}")
             self.pod_id = cursor.fetchone()[0] or 0
             return
-        for _, label, node, delta in rows:
-            self.pod_changed(label, node, delta)
+        self.pods_changed((label, node, delta) for _, label, node, delta in rows)
         self.pod_id = rows[-1][0]
 
     def after_request(self) -> None:
         """Prune the pod log now and then (the reply is already sent)."""
         now = time.monotonic()
-        if now - self.pruned_at < PRUNE_EVERY:
-            return
-        self.pruned_at = now
+        with self.lock:
+            if now - self.pruned_at < PRUNE_EVERY:
+                return
+            self.pruned_at = now
         try:
             with connection.cursor() as cursor:
                 cursor.execute(
