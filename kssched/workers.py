@@ -1,23 +1,16 @@
-"""The gunicorn worker of both listeners: gevent, with a deadline per connection.
+"""The worker of both listeners: gunicorn's gevent worker, with a deadline.
 
-gunicorn's gevent worker serves each connection in its own greenlet, so a client
-that stalls holds a greenlet, not the worker. `DeadlineWorker` adds a deadline: the
-TLS handshake (see `ssl_context` in gunicorn_conf.py), the request head and the
-whole body must arrive within the listener's read timeout, counted from accept
-(`KSSCHED_EXTENDER_READ_TIMEOUT`, `KSSCHED_WEB_READ_TIMEOUT`). The body is read
-before the application runs, so the application never waits for a client. Past
-the deadline the connection is closed (on the extender listener after a `408`) and
-counted in `kssched_connections_dropped_total`.
-
-On the extender listener, the answers the worker gives itself (`400`/`414`/`431`
-for a malformed head, `408`) are short JSON `{"Error": ...}` bodies, since
-kube-scheduler logs whatever it receives, each counted in
-`kssched_extender_errors_total`.
+Each connection has its own greenlet, so a stalled client holds a greenlet, not the
+worker. Its TLS handshake, request head and whole body must arrive within the
+listener's read timeout from accept (`KSSCHED_EXTENDER_READ_TIMEOUT`,
+`KSSCHED_WEB_READ_TIMEOUT`); the application runs only after that. Past it the
+connection is closed and counted in `kssched_connections_dropped_total`. On the
+extender listener the worker's own answers (`400`, `414`, `431`, `408`, ...) are
+JSON `{"Error": ...}` bodies, counted in `kssched_extender_errors_total`.
 """
 
 import io
 import json
-import logging
 import ssl
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
@@ -29,23 +22,16 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from kssched import config
 
-# The body is read in pieces of this size; one over the largest accepted body is
-# drained (within the deadline) so that the client reads the `413` it is answered.
+# A body over the limit is drained (in pieces of this size) so the client reads 413.
 _READ_SIZE = 64 * 1024
 
-Environ = dict[str, Any]
-StartResponse = Callable[..., Any]
-Application = Callable[[Environ, StartResponse], Iterable[bytes]]
-
+Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # The deadline of the connection the current greenlet serves.
 _deadline: ContextVar[gevent.Timeout | None] = ContextVar("deadline", default=None)
 
 
 class ReadTimeout(Exception):
     """The request (or its TLS handshake) did not arrive within the read timeout."""
-
-    def __str__(self) -> str:
-        return "request not received within the read timeout"
 
 
 class DeadlineWorker(GeventWorker):  # type: ignore[misc]
@@ -69,7 +55,8 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
         self.wsgi = self.reading_first(loaded)
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
-        deadline = gevent.Timeout(self.read_timeout, ReadTimeout)
+        why = ReadTimeout(f"request not received within {self.read_timeout:g} s")
+        deadline = gevent.Timeout(self.read_timeout, why)
         token = _deadline.set(deadline)
         deadline.start()
         try:
@@ -79,10 +66,9 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
             _deadline.reset(token)
 
     def reading_first(self, application: Application) -> Application:
-        """`application`, called once the whole body has been read within the
-        deadline; the deadline ends there."""
+        """`application`, run once the body is read: the deadline ends there."""
 
-        def read_then_call(environ: Environ, start_response: StartResponse) -> Any:
+        def read_then_call(environ: dict[str, Any], start_response: Any) -> Any:
             stream = environ["wsgi.input"]
             body = stream.read(self.body_limit + 1)
             if len(body) > self.body_limit:
@@ -91,8 +77,7 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
             environ["wsgi.input"] = io.BytesIO(body)
             # A chunked body, now with its length (Django reads only that much).
             environ.setdefault("CONTENT_LENGTH", str(len(body)))
-            deadline = _deadline.get()
-            if deadline is not None:
+            if (deadline := _deadline.get()) is not None:
                 deadline.close()
             return application(environ, start_response)
 
@@ -101,6 +86,8 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
     def handle_error(
         self, req: Any, client: Any, addr: Any, exc: BaseException
     ) -> None:
+        if (deadline := _deadline.get()) is not None:
+            deadline.close()
         path = getattr(req, "path", None)
         if isinstance(exc, ReadTimeout):
             _quietly("count_dropped_connection", self.listener_name, "read_timeout")
@@ -116,29 +103,18 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
             super().handle_error(req, client, addr, exc)
             util.close_graceful(client)
             return
-        # gunicorn's answer (status and reason), sent as JSON.
+        # gunicorn's answer (its status line), sent as JSON.
         captured = _Captured(client)
         super().handle_error(req, captured, addr, exc)
-        status, _, reason = captured.status_line().partition(" ")
+        line = captured.data.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
+        status, reason = line[1:] if len(line) == 3 else ("500", "Server Error")
         code = int(status) if status.isdigit() else 500
-        _quietly("count_extender_error", path, _GUNICORN_REASONS.get(code, "exception"))
+        _quietly("count_extender_error", path, "exception" if code >= 500 else code)
         _send(client, code, reason, str(exc) if code < 500 else "")
 
 
-# gunicorn's own answers, as reasons of kssched_extender_errors_total.
-_GUNICORN_REASONS = {
-    400: "bad_request",
-    403: "forbidden",
-    414: "uri_too_long",
-    417: "expectation_failed",
-    431: "header_fields_too_large",
-    501: "not_implemented",
-}
-
-
 class _Captured:
-    """A client socket that keeps what gunicorn writes to it instead of sending it;
-    everything else goes to the socket."""
+    """A client socket that keeps what gunicorn sends to it."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -146,14 +122,6 @@ class _Captured:
 
     def sendall(self, data: bytes) -> None:
         self.data += data
-
-    def gettimeout(self) -> float:
-        return 0.0
-
-    def status_line(self) -> str:
-        """`500 Internal Server Error`, from `HTTP/1.1 500 Internal Server Error`."""
-        line = self.data.split(b"\r\n", 1)[0].decode("latin-1")
-        return line.partition(" ")[2] or "500 Internal Server Error"
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -171,17 +139,12 @@ def _send(client: Any, status: int, reason: str, message: str) -> None:
         client.sendall(head.encode("latin-1") + body)
     except OSError:
         pass
-    # What the client sent past what was read would make a plain close a reset,
-    # which may cut the answer short.
-    util.close_graceful(client)
+    util.close_graceful(client)  # a plain close with unread bytes would reset
 
 
-def _quietly(counter: str, *labels: str | None) -> None:
-    """Count with `kssched.metrics.<counter>`, never failing the caller (imported
-    here: the master loads this module, and no metric may be made before a fork)."""
-    try:
-        from kssched import metrics
+def _quietly(counter: str, *labels: str | int | None) -> None:
+    """`kssched.metrics.<counter>(*labels)`, which never fails (imported here: the
+    master loads this module, and must make no metric before it forks)."""
+    from kssched import metrics
 
-        getattr(metrics, counter)(*labels)
-    except Exception:
-        logging.getLogger("kssched.workers").exception("Could not count %s", labels)
+    getattr(metrics, counter)(*labels)
