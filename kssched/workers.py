@@ -1,14 +1,12 @@
 """The worker of both listeners: gunicorn's gevent worker, with a deadline.
 
-Each connection has its own greenlet, so a stalled client holds a greenlet, not the
-worker. Its TLS handshake, request head and whole body must arrive within the
-listener's read timeout from accept (`KSSCHED_EXTENDER_READ_TIMEOUT`,
-`KSSCHED_WEB_READ_TIMEOUT`); the application runs only after that. Past it the
-connection is closed and counted in `kssched_connections_dropped_total`. On the
-extender listener the worker's own answers (`400`, `414`, `431`, `408`, ...) are
-JSON `{"Error": ...}` bodies, counted in `kssched_extender_errors_total`.
+A stalled client holds a greenlet, not the worker: each connection's TLS handshake,
+head and body must arrive within the listener's read timeout, else it is dropped.
+Requests read whole run one at a time in the worker's application greenlet, whose
+per-thread state (Django's connection, the history cache) stays warm.
 """
 
+import contextlib
 import io
 import json
 import ssl
@@ -16,16 +14,14 @@ from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from typing import Any
 
-import gevent
+import gevent.event
+import gevent.queue
 from gunicorn import util
 from gunicorn.workers.ggevent import GeventWorker
 
 from kssched import config
 
-# A body over the limit is drained (in pieces of this size) so the client reads 413.
-_READ_SIZE = 64 * 1024
-
-Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+Jobs = gevent.queue.Queue[Callable[[], object]]
 # The deadline of the connection the current greenlet serves.
 _deadline: ContextVar[gevent.Timeout | None] = ContextVar("deadline", default=None)
 
@@ -37,69 +33,75 @@ class ReadTimeout(Exception):
 class DeadlineWorker(GeventWorker):  # type: ignore[misc]
     """gunicorn's gevent worker, reading each request within a deadline."""
 
-    def init_process(self) -> None:
-        settings = config.load()
-        self.listener_name: str = settings.listener
-        self.read_timeout: float = settings.read_timeout
-        super().init_process()
-
     def load_wsgi(self) -> None:
         super().load_wsgi()
         from django.conf import settings
 
+        self.listener_name: str = config.load().listener
+        self.read_timeout: float = config.load().read_timeout
         # The largest body read before the application, which judges its size.
         self.body_limit: int = max(
             settings.KSSCHED_MAX_BODY_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0
         )
-        loaded: Application = vars(self)["wsgi"]
-        self.wsgi = self.reading_first(loaded)
+        self.application: Callable[..., Iterable[bytes]] = vars(self)["wsgi"]
+        self.jobs: Jobs = gevent.queue.Queue()
+        gevent.spawn(self.run_jobs)
+        self.wsgi = self.read_then_call
+
+    def run_jobs(self) -> None:
+        """The application greenlet: runs requests and closes answers in turn."""
+        while True:
+            self.jobs.get()()
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         why = ReadTimeout(f"request not received within {self.read_timeout:g} s")
-        deadline = gevent.Timeout(self.read_timeout, why)
+        deadline = gevent.Timeout.start_new(self.read_timeout, why)
         token = _deadline.set(deadline)
-        deadline.start()
         try:
             super().handle(listener, client, addr)
         finally:
             deadline.close()
             _deadline.reset(token)
 
-    def reading_first(self, application: Application) -> Application:
-        """`application`, run once the body is read: the deadline ends there."""
+    def read_then_call(self, environ: dict[str, Any], start_response: Any) -> Any:
+        """The application's answer, once the body is read: the deadline ends."""
+        stream = environ["wsgi.input"]
+        body = stream.read(self.body_limit + 1)
+        while len(body) > self.body_limit and stream.read(65536):
+            pass  # drained, so that the client reads its 413
+        environ["wsgi.input"] = io.BytesIO(body)
+        # A chunked body, now with its length (Django reads only that much).
+        environ.setdefault("CONTENT_LENGTH", str(len(body)))
+        if (deadline := _deadline.get()) is not None:
+            deadline.close()
+        answered: gevent.event.AsyncResult[_Sent] = gevent.event.AsyncResult()
 
-        def read_then_call(environ: dict[str, Any], start_response: Any) -> Any:
-            stream = environ["wsgi.input"]
-            body = stream.read(self.body_limit + 1)
-            if len(body) > self.body_limit:
-                while stream.read(_READ_SIZE):
-                    pass
-            environ["wsgi.input"] = io.BytesIO(body)
-            # A chunked body, now with its length (Django reads only that much).
-            environ.setdefault("CONTENT_LENGTH", str(len(body)))
-            if (deadline := _deadline.get()) is not None:
-                deadline.close()
-            return application(environ, start_response)
+        def call() -> None:
+            try:
+                answer = self.application(environ, start_response)
+                answered.set(_Sent(answer, self.jobs))
+            except BaseException as exc:  # raised in the connection's greenlet
+                answered.set_exception(exc)
 
-        return read_then_call
+        self.jobs.put(call)
+        return answered.get()
 
     def handle_error(
         self, req: Any, client: Any, addr: Any, exc: BaseException
     ) -> None:
+        from kssched import metrics  # no metric is made in the master
+
         if (deadline := _deadline.get()) is not None:
             deadline.close()
-        path = getattr(req, "path", None)
-        if isinstance(exc, ReadTimeout):
-            _quietly("count_dropped_connection", self.listener_name, "read_timeout")
-            if self.listener_name == "extender":
-                _quietly("count_extender_error", path, "read_timeout")
+        path, extender = getattr(req, "path", None), self.listener_name == "extender"
+        if isinstance(exc, ReadTimeout) or (isinstance(exc, ssl.SSLError) and not req):
+            reason = "read_timeout" if isinstance(exc, ReadTimeout) else "tls_handshake"
+            metrics.count_dropped_connection(self.listener_name, reason)
+            if extender and reason == "read_timeout":
+                metrics.count_extender_error(path, "read_timeout")
                 _send(client, 408, "Request Timeout", str(exc))
             return
-        if isinstance(exc, ssl.SSLError) and req is None:
-            # A failed handshake (no client certificate, not TLS at all).
-            _quietly("count_dropped_connection", self.listener_name, "tls_handshake")
-            return
-        if self.listener_name != "extender":
+        if not extender:
             super().handle_error(req, client, addr, exc)
             util.close_graceful(client)
             return
@@ -109,16 +111,27 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
         line = captured.data.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
         status, reason = line[1:] if len(line) == 3 else ("500", "Server Error")
         code = int(status) if status.isdigit() else 500
-        _quietly("count_extender_error", path, "exception" if code >= 500 else code)
+        metrics.count_extender_error(path, "exception" if code >= 500 else code)
         _send(client, code, reason, str(exc) if code < 500 else "")
+
+
+class _Sent(list[bytes]):
+    """An answer's body; once sent, the application greenlet closes the answer."""
+
+    def __init__(self, answer: Iterable[bytes], jobs: Jobs) -> None:
+        super().__init__([b"".join(answer)])
+        self.answer, self.jobs = answer, jobs
+
+    def close(self) -> None:
+        if hasattr(self.answer, "close"):
+            self.jobs.put(self.answer.close)
 
 
 class _Captured:
     """A client socket that keeps what gunicorn sends to it."""
 
     def __init__(self, client: Any) -> None:
-        self._client = client
-        self.data = b""
+        self._client, self.data = client, b""
 
     def sendall(self, data: bytes) -> None:
         self.data += data
@@ -128,23 +141,10 @@ class _Captured:
 
 
 def _send(client: Any, status: int, reason: str, message: str) -> None:
-    """An answer with a short JSON body: `{"Error": "..."}`; never fails."""
-    text = f"{reason}: {message}" if message else reason
-    body = json.dumps({"Error": text}).encode()
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    try:
-        client.sendall(head.encode("latin-1") + body)
-    except OSError:
-        pass
+    """An answer with a short JSON body, `{"Error": "..."}`; never fails."""
+    body = json.dumps({"Error": f"{reason}: {message}" if message else reason})
+    head = f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
+    head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    with contextlib.suppress(OSError):
+        client.sendall((head + body).encode("latin-1"))
     util.close_graceful(client)  # a plain close with unread bytes would reset
-
-
-def _quietly(counter: str, *labels: str | int | None) -> None:
-    """`kssched.metrics.<counter>(*labels)`, which never fails (imported here: the
-    master loads this module, and must make no metric before it forks)."""
-    from kssched import metrics
-
-    getattr(metrics, counter)(*labels)

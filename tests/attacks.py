@@ -152,8 +152,8 @@ class Result:
 
     def row(self) -> str:
         return (
-            f"{self.calls:5d} calls, {self.failed} failed, p50 {self.p50 * 1000:7.2f} ms,"
-            f" probes {self.probes_ok}/{self.probes}"
+            f"{self.calls:5d} calls, {self.failed} failed,"
+            f" p50 {self.p50 * 1000:7.2f} ms, probes {self.probes_ok}/{self.probes}"
         )
 
 

@@ -35,7 +35,9 @@ from tests.servers import free_port, wait_for_port
 from tools.bench.stalls import REVIEW, make_pki
 
 REPO = Path(__file__).resolve().parent.parent.parent
-PRIORITIZE_BODY = (REPO / "tests" / "fixtures" / "prioritize-nodenames.json").read_bytes()
+PRIORITIZE_BODY = (
+    REPO / "tests" / "fixtures" / "prioritize-nodenames.json"
+).read_bytes()
 
 
 def start(repo: Path, workdir: Path, extra: dict[str, str], log: str):
@@ -52,7 +54,9 @@ def start(repo: Path, workdir: Path, extra: dict[str, str], log: str):
     if os.environ.get("DATABASE_URL"):
         env["DATABASE_URL"] = os.environ["DATABASE_URL"]
     python = str(repo / ".venv" / "bin" / "python")
-    subprocess.run([python, "manage.py", "migrate", "-v0"], cwd=repo, env=env, check=True)
+    subprocess.run(
+        [python, "manage.py", "migrate", "-v0"], cwd=repo, env=env, check=True
+    )
     out = open(workdir / log, "wb")  # noqa: SIM115 - the child keeps it
     process = subprocess.Popen(
         [python, "-m", "kssched.serve"], cwd=repo, env=env, stdout=out, stderr=out
@@ -72,7 +76,7 @@ def stop(process: subprocess.Popen, workdir: Path, log: str) -> str:
 
 def table(name, port, attacks, sent, honest, probe, seconds, context=None) -> None:
     for _ in range(5):
-        honest()
+        honest(timeout=30)
     base = measure(honest, probe, seconds)
     print(f"\n{name}: baseline {base.row()}", flush=True)
     for attack_name, groups in attacks.items():
