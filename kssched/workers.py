@@ -1,10 +1,6 @@
-"""The worker of both listeners: gunicorn's gevent worker, with a deadline.
-
-A stalled client holds a greenlet, not the worker: each connection's TLS handshake,
-head and body must arrive within the listener's read timeout, else it is dropped.
-Requests read whole run one at a time in the worker's application greenlet, whose
-per-thread state (Django's connection, the history cache) stays warm.
-"""
+"""gunicorn's gevent worker with a read deadline: a connection's TLS handshake, head
+and body must arrive within the listener's read timeout. Requests read whole run one
+at a time in the application greenlet, whose per-thread state stays warm."""
 
 import contextlib
 import io
@@ -51,7 +47,10 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
     def run_jobs(self) -> None:
         """The application greenlet: runs requests and closes answers in turn."""
         while True:
-            self.jobs.get()()
+            try:
+                self.jobs.get()()
+            except Exception:  # this greenlet must outlive any answer's close
+                self.log.exception("Error in the application greenlet")
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         why = ReadTimeout(f"request not received within {self.read_timeout:g} s")
@@ -70,8 +69,7 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
         while len(body) > self.body_limit and stream.read(65536):
             pass  # drained, so that the client reads its 413
         environ["wsgi.input"] = io.BytesIO(body)
-        # A chunked body, now with its length (Django reads only that much).
-        environ.setdefault("CONTENT_LENGTH", str(len(body)))
+        environ.setdefault("CONTENT_LENGTH", str(len(body)))  # chunked: now sized
         if (deadline := _deadline.get()) is not None:
             deadline.close()
         answered: gevent.event.AsyncResult[_Sent] = gevent.event.AsyncResult()
