@@ -80,8 +80,13 @@ def ssl_context(conf: Any, default_ssl_context_factory: Any) -> ssl.SSLContext:
 # patches threads too: `threading.local` is then per greenlet, and so are Django's
 # database connections (one connection shared by greenlets hung on PostgreSQL).
 worker_class = "kssched.workers.DeadlineWorker"
-# Greenlets per worker; a connection past them waits in the listen queue.
+# Connections (greenlets) per worker; past them, connections wait in the listen queue.
 worker_connections = 1000
+# Application greenlets per worker: each runs the requests read whole one at a time,
+# with its own database connection and history cache. kube-scheduler calls the
+# extender one at a time; on the web listener a second one runs while the first waits
+# for the database (PostgreSQL), for the API server's concurrent reviews.
+threads = 1 if LISTENER == "extender" else 2
 # One request per connection (`Connection: close`): the deadline is per connection,
 # and kube-scheduler never reuses a connection that gunicorn is about to close.
 keepalive = 0

@@ -1,6 +1,6 @@
 """gunicorn's gevent worker with a read deadline: a connection's TLS handshake, head
-and body must arrive within the listener's read timeout. Requests read whole run one
-at a time in the application greenlet, whose per-thread state stays warm."""
+and body must arrive within the listener's read timeout. Requests read whole run in
+`threads` application greenlets, whose per-thread state stays warm."""
 
 import contextlib
 import io
@@ -41,7 +41,8 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
         )
         self.application: Callable[..., Iterable[bytes]] = vars(self)["wsgi"]
         self.jobs: Jobs = gevent.queue.Queue()
-        gevent.spawn(self.run_jobs)
+        for _ in range(self.cfg.threads):
+            gevent.spawn(self.run_jobs)
         self.wsgi = self.read_then_call
 
     def run_jobs(self) -> None:
