@@ -70,7 +70,6 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
         while len(body) > self.body_limit and stream.read(65536):
             pass  # drained, so that the client reads its 413
         environ["wsgi.input"] = io.BytesIO(body)
-        environ.setdefault("CONTENT_LENGTH", str(len(body)))  # chunked: now sized
         if (deadline := _deadline.get()) is not None:
             deadline.close()
         answered: gevent.event.AsyncResult[_Sent] = gevent.event.AsyncResult()
