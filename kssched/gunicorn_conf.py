@@ -84,9 +84,11 @@ worker_class = "kssched.workers.DeadlineWorker"
 worker_connections = 1000
 # Application greenlets per worker: each runs the requests read whole one at a time,
 # with its own database connection and history cache. kube-scheduler calls the
-# extender one at a time; on the web listener a second one runs while the first waits
-# for the database (PostgreSQL), for the API server's concurrent reviews.
-threads = 1 if LISTENER == "extender" else 2
+# extender one at a time. On the web listener with PostgreSQL a second one runs while
+# the first waits for the database, for the API server's concurrent reviews; SQLite
+# never yields to gevent, so a second one would only warm a second cache.
+_POSTGRES = os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql"))
+threads = 2 if LISTENER == "web" and _POSTGRES else 1
 # One request per connection (`Connection: close`): the deadline is per connection,
 # and kube-scheduler never reuses a connection that gunicorn is about to close.
 keepalive = 0
