@@ -38,11 +38,14 @@ SECONDS = 2.5
 RATIO = 3.0
 
 
-def check(name: str, baseline: Result, under: Result) -> None:
-    assert under.failed == 0, (name, under)
-    assert under.calls >= 5, (name, under)
-    assert under.probes and under.probes_ok == under.probes, (name, under)
-    assert under.p50 <= RATIO * baseline.p50 + 0.005, (name, baseline, under)
+def held(baseline: Result, under: Result) -> bool:
+    return (
+        under.failed == 0
+        and under.calls >= 5
+        and under.probes > 0
+        and under.probes_ok == under.probes
+        and under.p50 <= RATIO * baseline.p50 + 0.005
+    )
 
 
 def no_worker_restarted(web: str, workers: int) -> None:
@@ -62,8 +65,14 @@ def run_attacks(port, attacks, sent, honest, probe, context=None) -> int:
     connections = 0
     for name, groups in attacks.items():
         under, made = attack(port, groups, sent, honest, probe, SECONDS, context)
-        check(name, baseline, under)
         connections += made
+        if not held(baseline, under):
+            # Once more, with a new baseline: the machine may have been busy with
+            # something else (a held worker fails every time).
+            baseline = measure(honest, probe, SECONDS)
+            under, made = attack(port, groups, sent, honest, probe, SECONDS, context)
+            connections += made
+            assert held(baseline, under), (name, baseline, under)
     return connections
 
 
