@@ -87,7 +87,7 @@ worker_connections = 1000
 # extender one at a time. On the web listener with PostgreSQL a second one runs while
 # the first waits for the database, for the API server's concurrent reviews; SQLite
 # never yields to gevent, so a second one would only warm a second cache.
-_POSTGRES = os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql"))
+_POSTGRES = variables.read(_ENV)["DATABASE_URL"].startswith(("postgres", "pgsql"))
 threads = 2 if LISTENER == "web" and _POSTGRES else 1
 # One request per connection (`Connection: close`): the deadline is per connection,
 # and kube-scheduler never reuses a connection that gunicorn is about to close.
