@@ -8,11 +8,11 @@ its own workers:
 - the extender listener (`KSSCHED_LISTENER=extender`): the `/scheduler/` routes
   kube-scheduler calls, on `KSSCHED_EXTENDER_BIND` (127.0.0.1:8081, loopback only).
 
-Both are served by `kssched.workers.DeadlineWorker`, which runs TLS handshakes and
-reads requests in its event loop and drops a connection whose request has not
-arrived within the listener's read timeout (`KSSCHED_WEB_READ_TIMEOUT`, 10 s;
-`KSSCHED_EXTENDER_READ_TIMEOUT`, 2 s), so stalled clients hold no worker on either.
-The settings come from `kssched.config`.
+Both are served by `kssched.workers.DeadlineWorker`, gunicorn's gevent worker with
+a deadline per connection: a connection whose TLS handshake and whole request have
+not arrived within the listener's read timeout (`KSSCHED_WEB_READ_TIMEOUT`, 10 s;
+`KSSCHED_EXTENDER_READ_TIMEOUT`, 2 s) is closed, and a stalled client holds only a
+greenlet on either. The settings come from `kssched.config`.
 
 `gunicorn -c kssched/gunicorn_conf.py kssched.wsgi` alone still serves the web
 listener (which answers the extender routes too, to loopback callers).
@@ -21,10 +21,14 @@ Workers answer `Connection: close`, so kube-scheduler never reuses a connection 
 gunicorn is about to close (a reused POST that fails is not retried by Go).
 """
 
+import functools
 import os
 import shutil
 import ssl
 import tempfile
+from typing import Any
+
+from gunicorn import glogging
 
 from kssched import config as kssched_config
 from kssched import variables
@@ -45,6 +49,10 @@ else:
 SETTINGS = kssched_config.load()
 LISTENER = SETTINGS.listener
 
+# The gevent worker loads the application only with this set (wsgi.py sets it too
+# late for it); the same default as manage.py and kssched/wsgi.py.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kssched.settings")
+
 # TLS, matching kube-scheduler's `enableHTTPS` + `tlsConfig` (certFile, keyFile,
 # caFile). With a CA, a client without a certificate signed by it fails the
 # handshake; the extender routes then also answer callers outside the pod.
@@ -56,9 +64,34 @@ if SETTINGS.tls_cert_file:
         cert_reqs = ssl.CERT_REQUIRED
 
 
-# Both listeners: workers that read requests in an event loop with a deadline
-# (kssched.workers.DeadlineWorker), so stalled clients hold no worker.
+def ssl_context(conf: Any, default_ssl_context_factory: Any) -> ssl.SSLContext:
+    """gunicorn's context, wrapping connections without their handshake: the worker
+    runs it within the connection's read deadline (gevent's server would run it
+    before, with no deadline, so a stalled handshake would hold a greenlet)."""
+    context: ssl.SSLContext = default_ssl_context_factory()
+    context.wrap_socket = functools.partial(  # type: ignore[method-assign]
+        context.wrap_socket, do_handshake_on_connect=False
+    )
+    return context
+
+
+# Both listeners: gevent workers that read each request within a deadline
+# (kssched.workers.DeadlineWorker), so stalled clients hold no worker. gevent
+# patches threads too: `threading.local` is then per greenlet, and so are Django's
+# database connections (one connection shared by greenlets hung on PostgreSQL).
 worker_class = "kssched.workers.DeadlineWorker"
+# Connections (greenlets) per worker; past them, connections wait in the listen queue.
+worker_connections = 1000
+# Application greenlets per worker: each runs the requests read whole one at a time,
+# with its own database connection and history cache. kube-scheduler calls the
+# extender one at a time. On the web listener with PostgreSQL a second one runs while
+# the first waits for the database, for the API server's concurrent reviews; SQLite
+# never yields to gevent, so a second one would only warm a second cache.
+_POSTGRES = variables.read(_ENV)["DATABASE_URL"].startswith(("postgres", "pgsql"))
+threads = 2 if LISTENER == "web" and _POSTGRES else 1
+# One request per connection (`Connection: close`): the deadline is per connection,
+# and kube-scheduler never reuses a connection that gunicorn is about to close.
+keepalive = 0
 if LISTENER == "extender":
     # On loopback only, unless gunicorn verifies client certificates (checked by
     # kssched.variables).
@@ -85,7 +118,22 @@ max_requests = 0
 # Off unless KSSCHED_ACCESS_LOG=1 (the logger class makes `logconfig_dict` below,
 # which sets the format, respect that).
 accesslog = "-" if SETTINGS.access_log else None
-logger_class = "kssched.workers.Logger"
+
+
+class Logger(glogging.Logger):  # type: ignore[misc]
+    """gunicorn's logger, with the access log on only when `accesslog` is set.
+
+    gunicorn logs every request as soon as `logconfig_dict` is given (it is, for the
+    log format), whatever `accesslog` says: that would be a line per kube-scheduler
+    call and per probe with KSSCHED_ACCESS_LOG=0.
+    """
+
+    @property
+    def access_log_enabled(self) -> bool:
+        return bool(self.cfg.accesslog)
+
+
+logger_class = Logger
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -124,7 +172,7 @@ if not SETTINGS.metrics_dir:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = _private_metrics_dir
 
 
-def on_starting(server):
+def on_starting(server: Any) -> None:
     """Start with an empty metrics directory, unless kssched.serve has prepared it
     for both listeners (then the other one may already be writing there)."""
     now = kssched_config.load()
@@ -132,20 +180,20 @@ def on_starting(server):
         empty_metrics_directory(now.metrics_dir)
 
 
-def on_exit(server):
+def on_exit(server: Any) -> None:
     if _private_metrics_dir:
         shutil.rmtree(_private_metrics_dir, ignore_errors=True)
 
 
-def child_exit(server, worker):
+def child_exit(server: Any, worker: Any) -> None:
     """Drop a dead worker's live gauges from the multiprocess metrics."""
     if kssched_config.load().metrics_dir:
         from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(worker.pid)
+        multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
-def post_fork(server, worker):
+def post_fork(server: Any, worker: Any) -> None:
     """Start each worker without database connections inherited from the master."""
     from django.conf import settings
 

@@ -101,9 +101,13 @@ _REASONS = {
     406: "not_acceptable",
     408: "read_timeout",
     413: "body_too_large",
+    414: "uri_too_long",
     415: "unsupported_media_type",
+    417: "expectation_failed",
+    431: "header_fields_too_large",
     500: "server_error",
     # The extender's answer when the history cannot be read (extender.views).
+    501: "not_implemented",
     503: "database_error",
 }
 
@@ -203,15 +207,23 @@ def verb_for_path(path: str | None) -> str:
     return path[len(EXTENDER_PREFIX) :]
 
 
-def count_extender_error(path: str | None, reason: str) -> None:
-    """Count a call that gunicorn answered itself (a malformed head, a request that
-    outlived the worker timeout) or a connection dropped before its request came."""
-    _child(ERRORS, verb_for_path(path), reason).inc()
+def count_extender_error(path: str | None, reason: str | int) -> None:
+    """Count a call that the worker answered itself (a malformed head, a request
+    not received in time): `reason`, or the reason of a status code."""
+    try:
+        if isinstance(reason, int):
+            reason = _REASONS.get(reason, f"http_{reason}")
+        _child(ERRORS, verb_for_path(path), reason).inc()
+    except Exception:  # never fails the worker that answers
+        logger.exception("Could not count an extender error (%s)", reason)
 
 
 def count_dropped_connection(listener: str, reason: str) -> None:
     """Count a connection a worker closed before it had a request to serve."""
-    DROPPED.labels(listener, reason).inc()
+    try:
+        DROPPED.labels(listener, reason).inc()
+    except Exception:  # never fails the worker
+        logger.exception("Could not count a dropped connection (%s)", reason)
 
 
 def _error_reason(status: int, exception: BaseException | None) -> str:
