@@ -190,7 +190,7 @@ def child_exit(server: Any, worker: Any) -> None:
     if kssched_config.load().metrics_dir:
         from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+        multiprocess.mark_process_dead(worker.pid)
 
 
 def post_fork(server: Any, worker: Any) -> None:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import FrameType
 
 from kssched import config, variables
 
@@ -68,7 +69,7 @@ def empty_metrics_directory(path: str) -> None:
             entry.unlink()
 
 
-def start(listener: str, env: dict[str, str]) -> subprocess.Popen:
+def start(listener: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", str(CONFIG), "kssched.wsgi"],
         env={**env, "KSSCHED_LISTENER": listener},
@@ -84,10 +85,10 @@ def main() -> int:
     # Every variable, before any gunicorn starts: a bad value stops here, in one line.
     variables.check(env)
     made = prepare_metrics_directory(env)
-    children: dict[str, subprocess.Popen] = {}
-    stopping = []
+    children: dict[str, subprocess.Popen[bytes]] = {}
+    stopping: list[int] = []
 
-    def forward(signum, frame):
+    def forward(signum: int, frame: FrameType | None) -> None:
         if signum != signal.SIGHUP:
             stopping.append(signum)
         for child in children.values():
