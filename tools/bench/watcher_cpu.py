@@ -47,26 +47,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_recorded(env: dict[str, str], pods: int, timeout: float) -> None:
-    """Until `pods` placements have ended in the ledger (a separate process)."""
-    deadline = time.monotonic() + timeout
+def query(env: dict[str, str], expression: str) -> int:
+    """An integer the watcher's database gives (read in a separate process)."""
     code = (
-        "import django; django.setup(); from history.models import Placement; "
-        "print(Placement.objects.filter(finished_at__isnull=False).count())"
+        "import django; django.setup(); "
+        f"from history.models import Placement, WatchState; print({expression})"
     )
-    while time.monotonic() < deadline:
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            cwd=REPO,
-            env={**env, "DJANGO_SETTINGS_MODULE": "kssched.settings"},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        if int(done.stdout.strip() or 0) >= pods:
-            return
-        time.sleep(1)
-    raise TimeoutError(f"the watcher did not finish {pods} pods in {timeout} s")
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env={**env, "DJANGO_SETTINGS_MODULE": "kssched.settings"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout.strip() or 0)
+
+
+def wait_for(env: dict[str, str], expression: str, target: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while query(env, expression) < target:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{expression} did not reach {target} in {timeout} s")
+        time.sleep(0.5)
 
 
 def one_run(pods: int, *, settle: float, profile: Path | None) -> float:
@@ -100,8 +103,19 @@ def one_run(pods: int, *, settle: float, profile: Path | None) -> float:
             env=env,
         )
         try:
+            # Watching: the pod stream has listed and saved its resourceVersion.
+            watching = (
+                "WatchState.objects.filter(name='pods').exclude(resource_version='')"
+                ".count()"
+            )
+            wait_for(env, watching, 1, timeout=120)
+            idle = cpu_seconds(process.pid)
             time.sleep(settle)
             before = cpu_seconds(process.pid)
+            print(
+                f"idle: {(before - idle) / settle:.4f} CPU s per second",
+                file=sys.stderr,
+            )
             for i in range(pods):
                 server.add_pod(make_pod(f"p{i}", label=f"team-app{i % LABELS}-build"))
             for i in range(pods):
@@ -126,7 +140,8 @@ def one_run(pods: int, *, settle: float, profile: Path | None) -> float:
             }
             for i in range(pods):
                 server.modify_pod(f"p{i}", finished)
-            wait_recorded(env, pods, timeout=300)
+            ended = "Placement.objects.filter(finished_at__isnull=False).count()"
+            wait_for(env, ended, pods, timeout=300)
             time.sleep(1)  # the last Event writes
             used = cpu_seconds(process.pid) - before
         finally:
@@ -155,7 +170,10 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=300)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
-        "--settle", type=float, default=8.0, help="Seconds before measuring."
+        "--settle",
+        type=float,
+        default=3.0,
+        help="Seconds between the watcher's first watch and the measurement.",
     )
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--top", type=int, default=0, help="Print the profile's top N.")
