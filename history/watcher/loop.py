@@ -5,10 +5,11 @@ A `Stream` runs the loop for one resource:
 1. Resume from the handler's saved checkpoint (WatchState); without one, list every
    matching object (server-side selectors) and watch from the list's resourceVersion.
 2. Watch with bookmarks, a random server timeout and a client read timeout, so no
-   call can block for long. Each event is written in one database transaction that
-   also saves its resourceVersion: a restart resumes exactly where the committed
-   work ends, and a replayed event changes nothing (the handler's writes are
-   idempotent).
+   call can block for long. The events already received are written together in
+   one database transaction, which also saves the last one's resourceVersion when
+   the checkpoint is due: a restart resumes at or before where the committed work
+   ends, and a replayed event changes nothing (the handler's writes are
+   idempotent). An event with nothing to write opens no transaction.
 3. A clean end of stream: watch again at once. 410 Gone (or "too large resource
    version"): list again. Any other fault: exponential backoff with jitter, then
    watch again from the same resourceVersion.
