@@ -9,7 +9,7 @@ Counts only ever move through atomic SQL (`count = count + n`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -96,6 +96,20 @@ def add_counts_on_conflict(*, placed: bool) -> str:
     )
 
 
+def placement_table() -> str:
+    """The ledger's table, quoted as Django quotes it in its own statements."""
+    return connection.ops.quote_name(Placement._meta.db_table)
+
+
+@dataclass(frozen=True)
+class Entered:
+    """A placement entered into the ledger now: its warmth, and the history it was
+    judged from ((key, count) as `warm_history` gives them)."""
+
+    warmth: str
+    history: tuple[tuple[str, int], ...]
+
+
 def record_placement(
     *,
     pod_uid: str,
@@ -112,45 +126,87 @@ def record_placement(
     Returns True when the pod entered the ledger now (and every key of `label`,
     `labels.placement_keys`, was incremented on `node` in the same transaction),
     False when the UID was already in the ledger (nothing changes: the label is
-    frozen at first observation).
+    frozen at first observation). `enter_placement` also says the warmth and the
+    history behind it.
+    """
+    entered = enter_placement(
+        pod_uid=pod_uid,
+        namespace=namespace,
+        name=name,
+        label=label,
+        node=node,
+        bound_at=bound_at,
+        resource_version=resource_version,
+        warmth=warmth,
+    )
+    return entered is not None
+
+
+def enter_placement(
+    *,
+    pod_uid: str,
+    namespace: str,
+    name: str,
+    label: str,
+    node: str,
+    bound_at: datetime | None = None,
+    resource_version: str = "",
+    warmth: str = "",
+) -> Entered | None:
+    """`record_placement`, returning what the watcher's Event says: the warmth and
+    history of a pod entered now, None when its UID was already in the ledger.
+
+    Three statements for a new pod, two for a known one, in the caller's
+    transaction (or one of its own): the label-path history on the node (warmth is
+    judged from history as it stood before this pod counted; `warm_history`), the
+    ledger row (an insert that does nothing when the UID is already there, so a
+    concurrent duplicate waits for the first and then changes nothing), and, only
+    when the row went in, the increments of every key in one upsert.
     """
     now = timezone.now()
-    with transaction.atomic():
-        # get_or_create runs its INSERT in a savepoint, so a concurrent duplicate's
-        # IntegrityError does not poison this transaction.
-        placement, created = Placement.objects.get_or_create(
-            pod_uid=pod_uid,
-            defaults={
-                "namespace": namespace,
-                "name": name,
-                "label": label,
-                "node": node,
-                "bound_at": bound_at or now,
-                "resource_version": resource_version,
-                "warmth": warmth,
-            },
-        )
-        if created:
-            # Warmth is judged from history as it stood before this pod counted.
-            if not warmth:
-                placement.warmth = classify_warmth(label=label, node=node, at=now)
-                Placement.objects.filter(pk=placement.pk).update(
-                    warmth=placement.warmth
-                )
-            increment_key_nodes(keys=placement_keys(label), node=node, now=now)
-    return created
+    with transaction.atomic(savepoint=False):
+        history = tuple(warm_history(label=label, node=node, at=now))
+        warmth = warmth or warmth_of(label=label, history=history)
+        adapt = connection.ops.adapt_datetimefield_value
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {placement_table()} (pod_uid, namespace, name, "
+                f"label, node, bound_at, resource_version, warmth, outcome) "
+                f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '') "
+                f"ON CONFLICT (pod_uid) DO NOTHING",
+                [
+                    pod_uid,
+                    namespace,
+                    name,
+                    label,
+                    node,
+                    adapt(bound_at or now),
+                    resource_version,
+                    warmth,
+                ],
+            )
+            created = cursor.rowcount == 1
+        if not created:
+            return None
+        increment_key_nodes(keys=placement_keys(label), node=node, now=now)
+    return Entered(warmth=warmth, history=history)
 
 
 def finish_placement(*, pod_uid: str, finished_at: datetime | None = None) -> bool:
     """Mark a placement as ended (pod succeeded, failed or was deleted).
 
     Returns True if an active ledger row was closed now. Counts are cumulative and do
-    not change.
+    not change. One statement.
     """
-    closed = Placement.objects.filter(pod_uid=pod_uid, finished_at__isnull=True).update(
-        finished_at=finished_at or timezone.now()
-    )
-    return bool(closed)
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {placement_table()} SET finished_at = %s "
+            f"WHERE pod_uid = %s AND finished_at IS NULL",
+            [adapt(finished_at or timezone.now()), pod_uid],
+        )
+        closed: bool = cursor.rowcount > 0
+        return closed
 
 
 @dataclass(frozen=True)
@@ -182,17 +238,27 @@ def record_outcome(
     """
     if startup is None and not outcome:
         return None
-    rows = Placement.objects.filter(pod_uid=pod_uid)
-    with transaction.atomic():
-        if startup is not None:
-            rows.filter(startup_seconds__isnull=True, outcome="").update(
-                startup_seconds=startup
+    table = placement_table()
+    with connection.cursor() as cursor:
+        if not outcome:
+            cursor.execute(
+                f"UPDATE {table} SET startup_seconds = %s WHERE pod_uid = %s "
+                f"AND startup_seconds IS NULL AND outcome = ''",
+                [startup, pod_uid],
             )
-        if not outcome or not rows.filter(outcome="").update(
-            outcome=outcome, run_seconds=run
-        ):
             return None
-        warmth, stored_startup = rows.values_list("warmth", "startup_seconds").get()
+        # One statement: the startup where the row has none, and the outcome, on a
+        # row without an outcome; the stored values come back.
+        cursor.execute(
+            f"UPDATE {table} SET startup_seconds = CASE WHEN startup_seconds IS NULL "
+            f"THEN %s ELSE startup_seconds END, outcome = %s, run_seconds = %s "
+            f"WHERE pod_uid = %s AND outcome = '' RETURNING warmth, startup_seconds",
+            [startup, outcome, run, pod_uid],
+        )
+        stored = cursor.fetchall()
+    if not stored:
+        return None
+    warmth, stored_startup = stored[0]
     return RecordedOutcome(
         warmth=warmth, outcome=outcome, startup=stored_startup, run=run
     )
@@ -207,8 +273,13 @@ def classify_warmth(*, label: str, node: str, at: datetime | None = None) -> str
     A shared later segment under another prefix is not warmth. Which rows count:
     `warm_history`.
     """
+    return warmth_of(label=label, history=warm_history(label=label, node=node, at=at))
+
+
+def warmth_of(*, label: str, history: Sequence[tuple[str, int]]) -> str:
+    """`classify_warmth` from the label's `warm_history` on the node, read before."""
     keys = path_keys(label)
-    warm = {key for key, _ in warm_history(label=label, node=node, at=at)}
+    warm = {key for key, _ in history}
     if keys and keys[-1] in warm:
         return Placement.Warmth.EXACT
     if warm:

@@ -249,6 +249,35 @@ class KubeApi:
         return None
 
 
+class _RawWatch(watch.Watch):
+    """`watch.Watch` that reads each event's JSON once.
+
+    For `return_type=object` the client parses each line, writes the object back to
+    JSON and parses it again, only to hand over the same dict: most of the CPU a
+    watch event costs. This keeps what the client does with the event (the raw
+    object in `raw_object`, the resourceVersion it resumes from, None for a line
+    that is not JSON) without the round trip.
+    """
+
+    def __init__(self, return_type: Any = None) -> None:
+        super().__init__(return_type)  # type: ignore[no-untyped-call]
+
+    def unmarshal_event(self, data: str, return_type: Any) -> Any:
+        if not data or data.isspace():
+            return None
+        try:
+            event = json.loads(data)
+        except json.JSONDecodeError:
+            return None
+        event["raw_object"] = event["object"]
+        obj = event["object"]
+        if event["type"] != "ERROR" and isinstance(obj, dict):
+            metadata = obj.get("metadata")
+            if isinstance(metadata, dict) and "resourceVersion" in metadata:
+                self.resource_version = metadata["resourceVersion"]
+        return event
+
+
 class WatchStream:
     """One watch request; iterating yields raw events (dicts, or None if unreadable).
 
@@ -261,7 +290,7 @@ class WatchStream:
         self._kwargs = kwargs
         # `object` keeps each event's object a plain dict: no model classes, and a
         # malformed object cannot break deserialization.
-        self._watch = watch.Watch(return_type=object)
+        self._watch: Any = _RawWatch(return_type=object)
 
     def __iter__(self) -> Iterator[dict[str, Any] | None]:
         for item in self._watch.stream(self._func, **self._kwargs):

@@ -5,10 +5,11 @@ A `Stream` runs the loop for one resource:
 1. Resume from the handler's saved checkpoint (WatchState); without one, list every
    matching object (server-side selectors) and watch from the list's resourceVersion.
 2. Watch with bookmarks, a random server timeout and a client read timeout, so no
-   call can block for long. Each event is written in one database transaction that
-   also saves its resourceVersion: a restart resumes exactly where the committed
-   work ends, and a replayed event changes nothing (the handler's writes are
-   idempotent).
+   call can block for long. The events already received are written together in
+   one database transaction, which also saves the last one's resourceVersion when
+   the checkpoint is due: a restart resumes at or before where the committed work
+   ends, and a replayed event changes nothing (the handler's writes are
+   idempotent). An event with nothing to write opens no transaction.
 3. A clean end of stream: watch again at once. 410 Gone (or "too large resource
    version"): list again. Any other fault: exponential backoff with jitter, then
    watch again from the same resourceVersion.
@@ -27,10 +28,12 @@ transaction and returns what happened, and is told each step once it has committ
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError
@@ -57,6 +60,12 @@ from history.watcher.transactions import (
 logger = logging.getLogger(__name__)
 
 LIST_BATCH = 200
+# Watch events already received are written together, at most this many at once.
+WATCH_BATCH = 200
+# Watch events read ahead of the writes, at most (the reader thread then waits).
+READ_AHEAD = 1000
+QUEUE_POLL_SECONDS = 0.5
+_EVENT, _FAILED, _END = "event", "failed", "end"
 SHORT_WATCH_SECONDS = 1.0
 # The longest the checkpoint lags behind events that had nothing to write.
 CHECKPOINT_SECONDS = 10.0
@@ -67,9 +76,85 @@ class Interrupted(Exception):
 
 
 class _StreamFailure(Exception):
-    def __init__(self, failure: kube.Failure) -> None:
+    def __init__(self, failure: kube.Failure, handled: int = 0) -> None:
         super().__init__(failure.detail)
         self.failure = failure
+        # Events of the failing batch handled before the ERROR event.
+        self.handled = handled
+
+
+@dataclass
+class _Received:
+    """One readable watch event, and what the handler decided it means."""
+
+    type_: str
+    obj: Any
+    metadata: dict[str, Any]
+    resource_version: str
+    decision: Any = None
+
+
+def received_together(
+    stream: Iterable[Any], size: Callable[[], int], stop: Callable[[], None]
+) -> Iterator[list[Any]]:
+    """The stream's events, each time as many as have already arrived (at most
+    `size()`): the first is waited for, the rest are taken only if they are there.
+
+    A thread of its own reads the stream into a bounded queue; an error of the
+    stream is raised here, after the events before it. Leaving early (shutdown,
+    an ERROR event, a database failure) calls `stop`, which ends the stream, and
+    the thread with it.
+    """
+    arrived: queue.Queue[tuple[str, Any]] = queue.Queue(READ_AHEAD)
+    done = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not done.is_set():
+            try:
+                arrived.put(item, timeout=QUEUE_POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for event in stream:
+                if not put((_EVENT, event)):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - raised again by the reader
+            put((_FAILED, exc))
+        else:
+            put((_END, None))
+
+    thread = threading.Thread(target=read, name="watch-reader", daemon=True)
+    thread.start()
+    ended = False
+    try:
+        while True:
+            kind, item = arrived.get()
+            events: list[Any] = []
+            limit = size()
+            while kind == _EVENT:
+                events.append(item)
+                if len(events) >= limit:
+                    break
+                try:
+                    kind, item = arrived.get_nowait()
+                except queue.Empty:
+                    break
+            if events:
+                yield events
+            if kind == _FAILED:
+                ended = True
+                raise item
+            if kind == _END:
+                ended = True
+                return
+    finally:
+        done.set()
+        if not ended:
+            stop()
 
 
 class Stream:
@@ -159,32 +244,57 @@ class Stream:
         return len(items)
 
     def handle(self, event: Any) -> None:
-        """Handle one raw watch event; raises _StreamFailure for ERROR events.
+        """Handle one raw watch event (`handle_batch` of one)."""
+        self.handle_batch([event])
 
-        A malformed event (unreadable JSON, no object, unknown type) is logged with
-        its context and skipped; so is an event that keeps failing with a data error
-        (see `transactions`).
+    def handle_batch(self, events: list[Any]) -> None:
+        """Handle raw watch events received together, in order; raises
+        _StreamFailure for an ERROR event (after writing the events before it).
+
+        The writes of the batch go into one transaction, with the checkpoint when it
+        is due: a commit per batch, not per event. A bookmark or an ERROR event
+        writes what came before it first. A malformed event (unreadable JSON, no
+        object, unknown type) is logged with its context and skipped; so is an
+        event that keeps failing with a data error (see `transactions`): the batch
+        is then written again one event at a time, so only that event is lost.
         """
+        pending: list[_Received] = []
+        for index, event in enumerate(events):
+            received = self._receive(event)
+            if received is None:
+                continue
+            if received.type_ in ("ERROR", "BOOKMARK"):
+                self._write_received(pending)
+                pending = []
+                if received.type_ == "ERROR":
+                    failure = kube.error_event_failure(received.obj)
+                    raise _StreamFailure(failure, handled=index)
+                self._bookmark(received.resource_version)
+                continue
+            received.decision = self.handler.decide(received.type_, received.obj)
+            if received.decision is None and not pending:
+                self._nothing_to_write(received)
+            else:
+                # Behind a write of this batch: its checkpoint waits for that write.
+                pending.append(received)
+        self._write_received(pending)
+
+    def _receive(self, event: Any) -> _Received | None:
+        """One raw event read; None (logged, observed) when it is skipped."""
         self.heartbeat.beat()
         self.handler.observe(Step(RECEIVED))
         if not isinstance(event, dict):
             logger.warning("Skipping unreadable %s watch event: %r", self.name, event)
             self.handler.observe(Step(UNREADABLE))
-            return
+            return None
         type_ = event.get("type")
         obj = event.get("object")
         if type_ == "ERROR":
-            raise _StreamFailure(kube.error_event_failure(obj))
+            return _Received("ERROR", obj, {}, "")
         metadata = obj.get("metadata") if isinstance(obj, dict) else None
         resource_version = str((metadata or {}).get("resourceVersion") or "")
         if type_ == "BOOKMARK":
-            if resource_version:
-                if self.handler.keeps_checkpoint:
-                    self._transaction(lambda: self._save(resource_version, 0))
-                self.resource_version = resource_version
-                self.last_progress = time.monotonic()
-            self.handler.observe(Step("BOOKMARK"))
-            return
+            return _Received("BOOKMARK", obj, {}, resource_version)
         if (
             type_ not in ("ADDED", "MODIFIED", "DELETED")
             or not isinstance(metadata, dict)
@@ -198,7 +308,7 @@ class Stream:
             )
             kind = str(type_) if type_ in ("ADDED", "MODIFIED") else UNREADABLE
             self.handler.observe(Step(kind))
-            return
+            return None
         logger.debug(
             "%s %s %s/%s rv=%s",
             type_,
@@ -207,23 +317,40 @@ class Stream:
             metadata.get("name"),
             resource_version,
         )
-        decision = self.handler.decide(type_, obj)
-        if decision is None:
-            # Nothing to write: only move on (the checkpoint follows in a while).
-            if resource_version:
-                self.resource_version = resource_version
+        return _Received(type_, obj, metadata, resource_version)
+
+    def _bookmark(self, resource_version: str) -> None:
+        if resource_version:
             if self.handler.keeps_checkpoint:
-                self._unsaved += 1
-                if time.monotonic() - self._saved_at >= CHECKPOINT_SECONDS:
-                    self.save_progress()
-                self.handler.observe(Step(type_, 1, []))
-                self._count_processed(1)
+                self._transaction(lambda: self._save(resource_version, 0))
+            self.resource_version = resource_version
+            self.last_progress = time.monotonic()
+        self.handler.observe(Step("BOOKMARK"))
+
+    def _nothing_to_write(self, received: _Received) -> None:
+        """An event with nothing to write: only move on (the checkpoint follows in
+        a while)."""
+        if received.resource_version:
+            self.resource_version = received.resource_version
+        if self.handler.keeps_checkpoint:
+            self._unsaved += 1
+            if time.monotonic() - self._saved_at >= CHECKPOINT_SECONDS:
+                self.save_progress()
+            self.handler.observe(Step(received.type_, 1, []))
+            self._count_processed(1)
+
+    def _write_received(self, pending: list[_Received]) -> None:
+        """Write the decisions of `pending` events in one transaction."""
+        if not pending:
             return
-        decisions = [decision]
+        decisions = [r.decision for r in pending if r.decision is not None]
+        resource_version = next(
+            (r.resource_version for r in reversed(pending) if r.resource_version), ""
+        )
         # The checkpoint moves in the transaction of a write, never ahead of it, at
         # most every CHECKPOINT_SECONDS: a restart replays the rest, and replaying
         # a write changes nothing (one ledger row per pod).
-        unsaved = self._unsaved + 1
+        unsaved = self._unsaved + len(pending)
         save = time.monotonic() - self._saved_at >= CHECKPOINT_SECONDS
 
         def work() -> list[Any]:
@@ -235,18 +362,34 @@ class Stream:
         try:
             outcomes = self._transaction(work, bounded=True)
         except Unwritable as exc:
-            self._skip(type_, metadata, resource_version, exc.error)
+            if len(pending) > 1:
+                for received in pending:
+                    if received.decision is None:
+                        self._nothing_to_write(received)
+                    else:
+                        self._write_received([received])
+                return
+            only = pending[0]
+            self._skip(only.type_, only.metadata, only.resource_version, exc.error)
         else:
             if save:
-                self._unsaved -= unsaved - 1
+                self._unsaved -= unsaved - len(pending)
                 self._saved_at = time.monotonic()
             else:
-                self._unsaved += 1
-            self.handler.observe(Step(type_, 1, outcomes))
+                self._unsaved += len(pending)
+            written = iter(outcomes)
+            for received in pending:
+                if received.decision is not None:
+                    self.handler.observe(Step(received.type_, 1, [next(written)]))
+                elif self.handler.keeps_checkpoint:
+                    self.handler.observe(Step(received.type_, 1, []))
         self.last_progress = time.monotonic()
         if resource_version:
             self.resource_version = resource_version
-        self._count_processed(1)
+        counted = [r for r in pending if r.decision is not None]
+        self._count_processed(
+            len(pending) if self.handler.keeps_checkpoint else len(counted)
+        )
 
     def save_progress(self) -> None:
         """Save the checkpoint of the events handled with nothing to write."""
@@ -296,15 +439,15 @@ class Stream:
             logger.info(
                 "Watching %s from resourceVersion %s", self.name, self.resource_version
             )
-            for event in stream:
-                self.handle(event)
-                delivered += 1
+            for events in received_together(stream, self._batch_size, stream.stop):
+                self.handle_batch(events)
+                delivered += len(events)
                 if self.shutdown.is_set():
                     return True
         except Interrupted:
             return True
         except _StreamFailure as exc:
-            return self._failed(exc.failure, delivered)
+            return self._failed(exc.failure, delivered + exc.handled)
         except (WatcherFatalError, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - sorted below, unknown ones logged
@@ -450,6 +593,12 @@ class Stream:
         )
 
     # ---- internals
+
+    def _batch_size(self) -> int:
+        """The most events one batch may take (never past `max_events`)."""
+        if self.max_events is None:
+            return WATCH_BATCH
+        return max(1, min(WATCH_BATCH, self.max_events - self.processed))
 
     def _count_processed(self, number: int) -> None:
         self.processed += number

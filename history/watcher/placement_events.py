@@ -30,7 +30,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from history import ledger
-from history.models import Placement
 from history.watcher import metrics
 from history.watcher.kube import KubeApi, micro_time
 
@@ -104,19 +103,6 @@ class PlacementEvent:
         return encoded[: NOTE_MAX_BYTES - 3].decode(errors="ignore") + "..."
 
 
-def history_if_new(
-    *, pod_uid: str, label: str, node: str
-) -> tuple[tuple[str, int], ...] | None:
-    """The history behind a pod not yet in the ledger; None when it is already in.
-
-    Called inside the ledger's transaction just before `record_placement`: the
-    (key, count) rows its warmth is judged from (`ledger.warm_history`).
-    """
-    if Placement.objects.filter(pod_uid=pod_uid).exists():
-        return None
-    return tuple(ledger.warm_history(label=label, node=node))
-
-
 def recorded(
     *,
     pod_uid: str,
@@ -125,19 +111,20 @@ def recorded(
     label: str,
     node: str,
     keys: Sequence[str],
-    history: tuple[tuple[str, int], ...],
+    entered: ledger.Entered,
 ) -> PlacementEvent:
-    """The Event for a placement just entered into the ledger, with its warmth."""
-    warmth = Placement.objects.values_list("warmth", flat=True).get(pod_uid=pod_uid)
+    """The Event for a placement just entered into the ledger (`ledger.
+    enter_placement`): its warmth and the history it was judged from, as the ledger
+    stored them, without reading them again."""
     return PlacementEvent(
         namespace=namespace,
         pod=name,
         uid=pod_uid,
         label=label,
         node=node,
-        warmth=warmth,
+        warmth=entered.warmth,
         keys=tuple(dict.fromkeys(keys)),
-        history=history,
+        history=entered.history,
     )
 
 

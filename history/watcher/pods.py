@@ -179,8 +179,12 @@ class PodHandler:
             else f"spec.schedulerName={options.scheduler_name}",
         )
 
-    def decide(self, type_: str, obj: dict[str, Any]) -> Decision:
+    def decide(self, type_: str, obj: dict[str, Any]) -> Decision | None:
+        """The decision for one pod state; None when it has nothing to write (a
+        pod ignored with no times to record: the loop then opens no transaction)."""
         decision = decide(obj, options=self.options, event_type=type_)
+        if decision.action == IGNORE and decision.timings is None:
+            return None
         if decision.action == REJECT:
             logger.warning("Skipping pod without uid or spec: %.300r", obj)
         elif decision.action == SKIP and self.invalid_labels.is_first(decision.label):
@@ -206,26 +210,18 @@ class PodHandler:
             outcome = DUPLICATE
         elif decision.placement is not None:
             placement = decision.placement
-            keys = labels.path_keys(placement.label)
-            history = None
-            if self.events is not None:
-                history = placement_events.history_if_new(
-                    pod_uid=placement.pod_uid,
-                    label=placement.label,
-                    node=placement.node,
-                )
-            created = ledger.record_placement(**vars(placement))
-            outcome = RECORDED if created else DUPLICATE
+            entered = ledger.enter_placement(**vars(placement))
+            outcome = RECORDED if entered is not None else DUPLICATE
             transaction.on_commit(partial(self._remember, placement.pod_uid))
-            if created and history is not None and self.events is not None:
+            if entered is not None and self.events is not None:
                 event = placement_events.recorded(
                     pod_uid=placement.pod_uid,
                     namespace=placement.namespace,
                     name=placement.name,
                     label=placement.label,
                     node=placement.node,
-                    keys=keys,
-                    history=history,
+                    keys=labels.path_keys(placement.label),
+                    entered=entered,
                 )
                 # After the commit: a rolled-back (retried) write says nothing.
                 transaction.on_commit(partial(self.events.submit, event))
