@@ -20,7 +20,7 @@ from django.template.response import TemplateResponse
 from extender.scoring.rules import MAX_SCORE
 from extender.scoring.strategies import get_strategy
 from history import labels, outcomes, queries
-from history.admin import refuse_nul_parameters
+from history.admin_base import refuse_nul_parameters
 from history.models import KeyNode, NodeRecord, Placement
 from history.permissions import can_view_history
 

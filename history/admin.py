@@ -9,25 +9,25 @@ browse and export CSV; they see no edit controls and no actions that write.
 from __future__ import annotations
 
 import csv
-import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin
 from django.db.models import Model, QuerySet
 from django.forms.formsets import BaseFormSet
 from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from history import corrections
+from history.admin_base import (
+    HistoryModelAdmin,
+)
 from history.admin_corrections import KeyNodeCorrections
 from history.admin_filters import (
     ActiveFilter,
@@ -36,7 +36,6 @@ from history.admin_filters import (
     KindFilter,
     NodeFilter,
 )
-from history.exceptions import WriteLockTimeoutError
 from history.labels import key_kind, key_label
 from history.models import (
     CountAdjustment,
@@ -47,18 +46,10 @@ from history.models import (
     Placement,
 )
 from history.recency import weight_now
-from history.validation import (
-    RANGE_TEXT,
-    nul_message,
-    nul_parameter,
-    out_of_range_parameter,
-)
-from history.writelock import run_write
 
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldsetSpec
 
-logger = logging.getLogger(__name__)
 
 # The pipeline page lives in the extender app (it needs the scoring strategy) and is
 # routed in kssched/urls.py under this name.
@@ -78,135 +69,6 @@ def pipeline_url(value: str) -> str:
 
 def placements_url(**params: str) -> str:
     return f"{reverse('admin:history_placement_changelist')}?{urlencode(params)}"
-
-
-def refusal_page(
-    request: HttpRequest,
-    *,
-    title: str,
-    message: str,
-    status: int,
-    back_url: str,
-    back_text: str,
-) -> TemplateResponse:
-    """An admin page that says why a request was refused, with a link back."""
-    context = {
-        **admin.site.each_context(request),
-        "title": title,
-        "message": message,
-        "back_url": back_url,
-        "back_text": back_text,
-    }
-    return TemplateResponse(
-        request, "admin/request_refused.html", context, status=status
-    )
-
-
-def refuse_nul_parameters(request: HttpRequest) -> TemplateResponse | None:
-    """A 400 page when a filter or search value holds a NUL character, or names a
-    date the database query could not be built for, else None."""
-    name = nul_parameter(request.GET)
-    if name is not None:
-        message = nul_message(f"The filter or search parameter {name!r}")
-    else:
-        name = out_of_range_parameter(request.GET)
-        if name is None:
-            return None
-        message = (
-            f"The filter parameter {name!r} names a date outside the range "
-            f"ks-scheduler can look up ({RANGE_TEXT}); nothing was looked up"
-        )
-    return refusal_page(
-        request,
-        title="Filter refused",
-        message=message,
-        status=400,
-        back_url=request.path,
-        back_text="Show the page without filters",
-    )
-
-
-def write_lock_page(
-    request: HttpRequest, exc: WriteLockTimeoutError
-) -> TemplateResponse:
-    """503: the edit did not get the database's write lock in time; nothing changed."""
-    response = refusal_page(
-        request,
-        title="Database busy",
-        message=(
-            f"Nothing was changed: another process held the database's write lock "
-            f"for {exc.waited:.0f} s (usually the watcher recording a burst of "
-            f"pods, or a shell with a write transaction open), so this edit was "
-            f"not saved. Your browser's Back button returns to the form with what "
-            f"you entered; submit it again."
-        ),
-        status=503,
-        back_url=request.get_full_path(),
-        back_text="Open the page again",
-    )
-    response["Retry-After"] = "5"
-    return response
-
-
-_M = TypeVar("_M", bound=Model)
-
-
-class HistoryModelAdmin(admin.ModelAdmin[_M]):
-    """Base of the history admins.
-
-    Outside text is checked before any query. Every POST (form saves, list edits,
-    bulk actions, deletions) runs in one transaction that waits a bounded time for
-    SQLite's write lock (KSSCHED_ADMIN_WRITE_WAIT) and is tried again while the
-    watcher holds it; if that is not enough, the user gets a page that says nothing
-    was changed instead of a 500.
-    """
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        refused = refuse_nul_parameters(request)
-        if refused is not None:
-            return refused
-        parent = super().changelist_view
-        return self._write(request, lambda: parent(request, extra_context))
-
-    def changeform_view(
-        self,
-        request: HttpRequest,
-        object_id: str | None = None,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        parent = super().changeform_view
-        return self._write(
-            request, lambda: parent(request, object_id, form_url, extra_context)
-        )
-
-    def delete_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        parent = super().delete_view
-        return self._write(request, lambda: parent(request, object_id, extra_context))
-
-    def _write(
-        self, request: HttpRequest, view: Callable[[], HttpResponse]
-    ) -> HttpResponse:
-        if request.method != "POST":
-            return view()
-        try:
-            return run_write(view, wait=settings.KSSCHED_ADMIN_WRITE_WAIT)
-        except WriteLockTimeoutError as exc:
-            logger.warning(
-                "Refused admin %s %s by %s: %s; nothing was changed",
-                request.method,
-                request.path,
-                request.user.get_username(),
-                exc,
-            )
-            return write_lock_page(request, exc)
 
 
 def csv_cell(value: object) -> str:
@@ -380,6 +242,9 @@ class KeyNodeAdmin(KeyNodeCorrections, NodeColumn, HistoryModelAdmin[KeyNode]):
                 ]
             )
         return response
+
+
+_M = TypeVar("_M", bound=Model)
 
 
 class ReadOnlyAdmin(HistoryModelAdmin[_M]):

@@ -1,6 +1,6 @@
 """gunicorn's gevent worker with a read deadline: a connection's TLS handshake, head
 and body must arrive within the listener's read timeout. Requests read whole run in
-`threads` application greenlets, whose per-thread state stays warm."""
+`threads` application greenlets, which keep their database connections."""
 
 import contextlib
 import io
