@@ -332,9 +332,9 @@ class HistoryImportAdmin(ReadOnlyAdmin[HistoryImport]):
 class KeyPolicyAdmin(HistoryModelAdmin[KeyPolicy]):
     """Per-key scoring policy for the `warm` strategy: opt out or weight a key."""
 
-    list_display = ("key", "enabled", "weight", "note", "updated")
-    list_editable = ("enabled", "weight")
-    list_filter = ("enabled",)
+    list_display = ("key", "enabled", "weight", "worth", "note", "updated")
+    list_editable = ("enabled", "weight", "worth")
+    list_filter = ("enabled", "worth")
     search_fields = ("key", "note")
     ordering = ("key",)
 

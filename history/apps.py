@@ -12,6 +12,7 @@ class HistoryConfig(AppConfig):
         from history import (
             checks,  # noqa: F401  (registers the system checks)
             lookups,
+            worth_feed,
         )
         from history.importing import after_migrate
         from history.reader import after_request
@@ -22,3 +23,7 @@ class HistoryConfig(AppConfig):
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="history-import")
         # The history cache's housekeeping runs once a reply is sent.
         request_finished.connect(after_request, dispatch_uid="history-cache-after")
+        # So does the refresh of what warmth is worth to each pipeline.
+        request_finished.connect(
+            worth_feed.after_request, dispatch_uid="history-worth-after"
+        )

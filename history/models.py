@@ -328,8 +328,16 @@ class KeyPolicy(models.Model):
 
     Edited by platform engineers in the admin. The most specific segment of a label
     that has a policy decides: `enabled=False` opts the key out (every node gets the
-    same neutral score), `weight` scales the history bonus (1 = as computed).
+    same neutral score), `weight` scales the history bonus (1 = as computed), and
+    `worth` says whether the weight learned from the pipeline's outcomes
+    (`history.worth`) applies on top of it (auto), the weight alone does (fixed), or
+    no warm pull at all (off: weight 0, pins and bans still apply).
     """
+
+    class Worth(models.TextChoices):
+        AUTO = "auto", "auto (learned from outcomes, times the weight)"
+        FIXED = "fixed", "fixed (the weight alone)"
+        OFF = "off", "off (no warm pull)"
 
     key = models.CharField(
         max_length=253,
@@ -342,6 +350,12 @@ class KeyPolicy(models.Model):
     )
     weight = models.FloatField(
         default=1.0, help_text="Scales the history bonus; 0 to 10, 1 = unchanged."
+    )
+    worth = models.CharField(
+        max_length=5,
+        choices=Worth.choices,
+        default=Worth.AUTO,
+        help_text="Warmth's worth: learned (auto), the weight alone, or off.",
     )
     note = models.CharField(max_length=253, blank=True)
     updated = models.DateTimeField(auto_now=True)
@@ -359,7 +373,7 @@ class KeyPolicy(models.Model):
 
     def __str__(self) -> str:
         state = "on" if self.enabled else "opted out"
-        return f"{self.key}: {state}, weight {self.weight:g}"
+        return f"{self.key}: {state}, weight {self.weight:g}, worth {self.worth}"
 
 
 class NodePolicy(models.Model):

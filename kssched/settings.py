@@ -288,6 +288,13 @@ KSSCHED_SCHEDULER_NAME = ENV["KSSCHED_SCHEDULER_NAME"]
 KSSCHED_SCORING = ENV["KSSCHED_SCORING"]
 # `warm` scoring: each placement's weight halves every half-life.
 KSSCHED_HALF_LIFE_DAYS = ENV["KSSCHED_HALF_LIFE_DAYS"]
+# `warm` scales each pipeline's warm pull by what warmth measurably saves it
+# (history.worth), learned from the outcomes of the last KSSCHED_WORTH_DAYS and
+# refreshed every KSSCHED_WORTH_REFRESH_SECONDS after a reply; "off": every
+# pipeline gets today's pull (weight 1).
+KSSCHED_WORTH = ENV["KSSCHED_WORTH"]
+KSSCHED_WORTH_REFRESH_SECONDS = ENV["KSSCHED_WORTH_REFRESH_SECONDS"]
+KSSCHED_WORTH_DAYS = ENV["KSSCHED_WORTH_DAYS"]
 # Each web worker keeps an exact copy of the history it scores with (SQLite: synced
 # from the ledger; PostgreSQL: from a trigger-written change log). Off: one
 # statement per call, straight from the database.

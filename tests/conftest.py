@@ -93,6 +93,8 @@ def _cold_history_cache():
     does: the test database's flush between tests writes no ledger row, so a cache
     kept from an earlier test could not know its rows are gone."""
     from history.reader import forget_caches
+    from history.worth_feed import forget_worth
 
     forget_caches()
+    forget_worth()
     yield

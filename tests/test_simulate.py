@@ -21,6 +21,7 @@ from extender.scoring.scenarios import (
     Pod,
     Scenario,
     Workload,
+    pipeline_costs,
     pipeline_labels,
     shared_name_share,
     synthetic_workload,
@@ -57,6 +58,7 @@ def test_same_seed_same_report_and_another_seed_differs():
         "none",
         "seed",
         "warm",
+        "adaptive",
         "webhook",
     ]
     assert first["scenario"]["nodes"] == 10 and first["scenario"]["seed"] == 7
@@ -367,3 +369,47 @@ def test_simulated_times_are_printed_with_one_decimal_each():
     assert times
     for cell in times:
         assert cell == "-" or re.fullmatch(r"\d+\.\d", cell), (cell, text)
+
+
+def test_the_worth_scenario_draws_what_warmth_is_worth_per_pipeline():
+    scenario = with_options(SCENARIOS["worth"], runs=400)
+    labels = pipeline_labels(scenario)
+    costs = pipeline_costs(scenario, labels)
+    colds = sorted(cold for cold, _ in costs.values())
+    lot = [c for c in colds if c >= 60]
+    little = [c for c in colds if 0 < c < 60]
+    nothing = [c for c in colds if c == 0]
+    # 30 % / 40 % / 30 % of 80 pipelines, give or take the draw.
+    assert 15 <= len(lot) <= 33 and 22 <= len(little) <= 42 and 15 <= len(nothing)
+    assert all(60 <= c <= 180 for c in lot) and all(5 <= c <= 15 for c in little)
+    # Pods carry noisy extras; a share hang whatever the node.
+    pods = synthetic_workload(scenario).pods
+    assert len({round(p.cold_extra, 3) for p in pods if p.cold_extra}) > len(lot)
+    assert any(p.startup > 300 for p in pods)
+    # The room a workspace takes follows what its pipeline loses cold.
+    footprints = {p.label: p.footprint for p in pods}
+    assert all(footprints[label] > 1 for label in footprints if costs[label][0] > 60)
+    assert all(footprints[label] < 1 for label in footprints if costs[label][0] < 15)
+    # Scenarios without a gain mix keep one cost model for every pipeline.
+    uniform = pipeline_costs(SCENARIOS["default"], labels)
+    assert set(uniform.values()) == {(300.0, 120.0)}
+
+
+def test_adaptive_learns_each_pipelines_worth_during_the_run():
+    scenario = with_options(SCENARIOS["worth"], runs=1200, seed=2)
+    report = run(scenario, ("warm", "adaptive"))
+    results = {r["strategy"]: r for r in report["results"]}
+    bands = results["adaptive"]["weights"]
+    # Learned from the simulated outcomes, not read from the scenario: pipelines
+    # that gain nothing end off, those that gain a lot pulled harder.
+    assert bands["off"] > 0 and bands["stronger"] > 0
+    assert results["warm"]["weights"] is None
+    assert results["adaptive"]["startup_hours"] > 0
+
+
+def test_adaptive_stays_with_warm_where_every_pipeline_gains_the_same():
+    report = run(SMALL, ("warm", "adaptive"))
+    warm, adaptive = report["results"]
+    assert adaptive["weights"]["default"] >= 0.8 * sum(adaptive["weights"].values())
+    assert abs(adaptive["exact_rate"] - warm["exact_rate"]) <= 0.01
+    assert adaptive["time_saved_hours"] >= 0.99 * warm["time_saved_hours"]

@@ -12,6 +12,7 @@ from extender.scoring.rules import (
     resolve_policy,
     warm_band,
     warm_explain,
+    with_worth,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy, get_strategy
 from history.ledger import record_placement
@@ -434,16 +435,23 @@ def test_kept_key_scores_equal_explained_scores_at_every_instant():
                 rows.append((key, max(count, int(weight) + 1), weight, start))
             if rows:
                 history[node] = rows
+        resolved = resolve_policy(
+            keys=keys,
+            policies=Policies(
+                keys={keys[-1]: (True, 1.7)},
+                nodes={keys[0]: {"n3": "ban", "n39": "pin"}},
+            ),
+        )
+        # What warmth is worth scales the pull too: a weight below 1 scales the
+        # bonus, one above divides the penalties (`rules.with_worth`).
         policy = rng.choice(
             [
                 NO_POLICY,
-                resolve_policy(
-                    keys=keys,
-                    policies=Policies(
-                        keys={keys[-1]: (True, 1.7)},
-                        nodes={keys[0]: {"n3": "ban", "n39": "pin"}},
-                    ),
-                ),
+                resolved,
+                with_worth(NO_POLICY, 0.0, "learned 0"),
+                with_worth(NO_POLICY, 0.5, "learned 0.5"),
+                with_worth(NO_POLICY, 1.5, "learned 1.5"),
+                with_worth(resolved, 2.0, "learned 2"),
             ]
         )
         active = {node: rng.randint(1, 3) for node in rng.sample(nodes, 5)}
@@ -548,3 +556,57 @@ def test_combined_label_scores_are_bounded_in_bytes(monkeypatch):
         assert scores[1] > scores[0]
     assert len(kept.labels) == 3
     assert kept.labels_bytes == sum(entry.size for entry in kept.labels.values())
+
+
+def test_learned_weights_scale_the_pull_within_the_rules():
+    keys = ["ci", "app"]
+    history = {"hot": [("app", 9, 9.0)], "warm": [("app", 9, 9.0)]}
+    nodes = ["hot", "warm", "idle"]
+
+    def loaded(policy, busy=None, active=None):
+        return dict(
+            zip(
+                nodes,
+                fast_scores(keys, history, active or {}, policy, nodes, RULES, busy),
+                strict=True,
+            )
+        )
+
+    today = loaded(NO_POLICY, {"hot": 3})
+    # Worth 2: the load penalty is halved, the warm node keeps more of its score.
+    harder = loaded(with_worth(NO_POLICY, 2.0, "learned 2"), {"hot": 3})
+    excess = 3 - 1 * (1 + RULES.load_slack)
+    assert today["hot"] == 10 - round(excess * RULES.load_penalty)
+    assert harder["hot"] == 10 - round(excess * RULES.load_penalty / 2) > today["hot"]
+    # ... and the anti-hotspot rule too, never past the band's low end.
+    pods = {"hot": 2}
+    assert (
+        loaded(with_worth(NO_POLICY, 2.0, "x"), active=pods)["hot"]
+        > loaded(NO_POLICY, active=pods)["hot"]
+    )
+    # Worth 0.5 halves the bonus above the cold score (1 + round(9 / 2), Python's
+    # round half to even); worth 0 leaves the nodes to balance alone.
+    assert loaded(with_worth(NO_POLICY, 0.5, "x")) == {"hot": 5, "warm": 5, "idle": 1}
+    assert set(loaded(with_worth(NO_POLICY, 0.0, "x")).values()) == {1}
+
+
+@pytest.mark.parametrize(
+    ("worth", "learned", "weight", "pull"),
+    [
+        ("auto", 0.5, 0.75, 1.0),  # learned times the key's weight 1.5
+        ("auto", 2.0, 1.5, 2.0),  # pulled harder: penalties halved
+        ("fixed", 0.0, 1.5, 1.0),  # the key's weight alone
+        ("off", 2.0, 0.0, 1.0),  # no warm pull at all
+    ],
+)
+def test_a_key_policy_chooses_how_learned_worth_applies(worth, learned, weight, pull):
+    policy = resolve_policy(
+        keys=["ci", "app"],
+        policies=Policies(
+            keys={"app": (True, 1.5)}, nodes={"ci": {"n1": "pin"}}, worth={"app": worth}
+        ),
+    )
+    applied = with_worth(policy, learned, "why")
+    assert (applied.weight, applied.pull) == (weight, pull)
+    # Pins survive every mode.
+    assert applied.nodes == {"n1": ("pin", "ci")}

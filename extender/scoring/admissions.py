@@ -13,7 +13,7 @@ from extender.scoring.steering import (
     plan_terms,
     remember_plan,
 )
-from extender.scoring.strategies import WarmStrategy
+from extender.scoring.strategies import WarmStrategy, WorthSource
 from history.reader.memory import MemoryHistory
 
 
@@ -39,8 +39,11 @@ class WebhookAdmissions:
         nodes: Sequence[str],
         pool_days: float,
         seed: int,
+        worth: WorthSource | None = None,
     ):
         self.history = history
+        # What warmth is worth to each pipeline, as the production webhook learns it.
+        self.worth = worth
         self.rules = rules
         self.memories = [SteeringMemory() for _ in range(max(1, workers))]
         self.window = window
@@ -75,7 +78,10 @@ class WebhookAdmissions:
             reader=self.history,
             pool=self.history.pool(now=now, days=self.pool_days),
             make_strategy=lambda reader: WarmStrategy(
-                rules=self.rules, reader=reader, half_life=self.history.half_life
+                rules=self.rules,
+                reader=reader,
+                half_life=self.history.half_life,
+                worth=self.worth,
             ),
             bound_since=self._bound_since,
         )

@@ -26,6 +26,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from itertools import repeat
 
 from extender.scoring.rules import (
+    MAX_SCORE,
     MIN_SCORE,
     NO_HISTORY_SCORE,
     SEED_COUNT_CLAMP,
@@ -238,10 +239,6 @@ def warm_fast(
     segments = len(keys)
     if not keys or not policy.enabled:
         return [MIN_SCORE] * len(nodes)
-    if policy.weight != 1.0:
-        # A weighted key moves every score: worked out one by one.
-        found = warm_exact(history, nodes, nodes, now, half_life, rules, policy)
-        return [found[node] for node in nodes]
     start, end = window(now, half_life)
     where = positions(keys)
     replaced = history.replaced
@@ -265,6 +262,10 @@ def warm_fast(
         ("warm", segments, rules, half_life, start),
         [value.values for value in kept],
     )
+    if policy.weight != 1.0:
+        # A weight (a policy's, or what warmth is worth to the pipeline) scales the
+        # bonus above the cold score: one lookup per node (`weighted`).
+        scores = list(map(weighted(policy.weight).__getitem__, scores))
     # Nodes whose kept score may not be theirs: weights near a threshold, pods of
     # the label, load above the mean, pinned or banned.
     special: set[str] = set(history.active)
@@ -293,8 +294,19 @@ def warm_fast(
         assert allowed is not None
         for node in loaded:
             base = bases[node]
-            changed[node] = base - load_points(base, busy[node] - allowed, rules)
+            excess = busy[node] - allowed
+            changed[node] = base - load_points(base, excess, rules, policy.pull)
     return list(map(changed.get, nodes, scores))
+
+
+def weighted(weight: float) -> list[int]:
+    """base score -> its score under `weight` with no pod, load or rule, as
+    `rules.warm_penalties` scales it, for every base score 0..MAX_SCORE (the
+    bonus above the cold score, NO_HISTORY_SCORE = 1, is what is scaled)."""
+    return [
+        max(MIN_SCORE, min(MAX_SCORE, NO_HISTORY_SCORE + round((b - 1) * weight)))
+        for b in range(MAX_SCORE + 1)
+    ]
 
 
 def warm_exact(

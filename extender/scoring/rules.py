@@ -7,7 +7,7 @@ They know nothing about requests, caches or the database; the strategies
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import Any
 
@@ -120,6 +120,15 @@ class Policy:
     weight: float = 1.0
     source: str | None = None
     nodes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # The KeyPolicy's worth mode (auto, fixed, off), and what `with_worth` made of
+    # it: the learned weight it multiplied `weight` by and why (explain, Events).
+    worth: str = "auto"
+    learned: float | None = None
+    why: str = ""
+    # A learned weight above 1 pulls harder: the bonus cannot grow past the top
+    # score without flattening the bands, so the hotspot and load penalties are
+    # divided by it instead (`warm_penalties`).
+    pull: float = 1.0
 
 
 NO_POLICY = Policy()
@@ -138,7 +147,36 @@ def resolve_policy(*, keys: Sequence[str], policies: Policies) -> Policy:
             nodes[node] = (action, key)
     if source is None and not nodes:
         return NO_POLICY
-    return Policy(enabled=enabled, weight=weight, source=source, nodes=nodes)
+    worth = policies.worth.get(source, "auto") if source is not None else "auto"
+    return Policy(
+        enabled=enabled, weight=weight, source=source, nodes=nodes, worth=worth
+    )
+
+
+def with_worth(policy: Policy, learned: float, why: str) -> Policy:
+    """`policy` with what warmth is worth to the pipeline applied (`history.worth`):
+
+    - worth "auto" (the default): a learned weight below 1 multiplies the
+      policy's; one above 1 divides the hotspot and load penalties (`pull`);
+    - "fixed": the policy's weight alone;
+    - "off": weight 0, no warm pull (pins and bans still apply).
+    """
+    if not policy.enabled or policy.worth == "fixed":
+        return policy
+    if policy.worth == "off":
+        return replace(
+            policy, weight=0.0, learned=0.0, why=f"worth off ({policy.source})"
+        )
+    if learned == 1.0 and not why:
+        return policy
+    if learned > 1.0:
+        return replace(policy, pull=learned, learned=learned, why=why)
+    weight = min(MAX_POLICY_WEIGHT, policy.weight * learned)
+    return replace(policy, weight=weight, learned=learned, why=why)
+
+
+# KeyPolicy's weight range: the learned weight never takes a policy beyond it.
+MAX_POLICY_WEIGHT = 10.0
 
 
 def warm_band(*, index: int, segments: int) -> tuple[int, int]:
@@ -173,10 +211,12 @@ def band_position(weight: float, low: int, high: int, rules: WarmRules) -> float
     return weight / (weight + rules.saturation) * (high - low)
 
 
-def load_points(score: int, excess: float, rules: WarmRules) -> int:
+def load_points(score: int, excess: float, rules: WarmRules, pull: float = 1.0) -> int:
     """The load penalty of a node scoring `score` (before it) that runs `excess`
-    pipeline pods beyond the allowed: never below the cold score."""
-    return min(round(rules.load_penalty * excess), max(0, score - NO_HISTORY_SCORE))
+    pipeline pods beyond the allowed: never below the cold score. A pipeline pulled
+    harder (`pull` > 1, `with_worth`) feels it `pull` times less."""
+    points = round(rules.load_penalty * excess / pull)
+    return min(points, max(0, score - NO_HISTORY_SCORE))
 
 
 def warm_steps(
@@ -221,13 +261,15 @@ def warm_penalties(
             )
             for value in (base - NO_HISTORY_SCORE, low - NO_HISTORY_SCORE)
         )
-        applied = f"weight {policy.weight:g} ({policy.source})"
+        applied = f"weight {policy.weight:g} ({policy.why or policy.source})"
     # Same-label pods only reorder nodes within their band: a busy exact-warm node
     # still beats every partially warm one, so a fan-out stays on warm caches.
-    hotspot = min(rules.hotspot_penalty * active, max(0, score - floor))
+    hotspot = min(
+        round(rules.hotspot_penalty * active / policy.pull), max(0, score - floor)
+    )
     # Load above the mean may take a node down to the cold score: cold, idle nodes
     # then win on kube-scheduler's resource scores and become warm in turn.
-    load = load_points(score - hotspot, excess, rules)
+    load = load_points(score - hotspot, excess, rules, policy.pull)
     score -= hotspot + load
     if rule is not None:
         action, rule_key = rule

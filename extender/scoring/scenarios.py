@@ -51,6 +51,17 @@ class Scenario:
     cold_extra: float = 300.0
     partial_extra: float = 120.0
     replace_every: float = 6 * 3600.0
+    # What warmth is worth per pipeline (0, 0: the same cold_extra/partial_extra for
+    # every pipeline): the share of pipelines whose cold start adds GAIN_LOT
+    # seconds (drawn per pipeline), and the share that adds GAIN_LITTLE; the rest
+    # gain nothing. A partial hit adds partial_extra/cold_extra of it.
+    gain_lot: float = 0.0
+    gain_little: float = 0.0
+    # Each pod's startup: STARTUP_FLOOR plus its warmth's extra, each times a
+    # log-normal factor of this sigma; a share of pods hangs HUNG seconds more
+    # whatever the node (outliers the estimate must shrug off).
+    startup_noise: float = 0.0
+    hung_share: float = 0.0
     weight: int = 5
     percentage: int = 100
     # Caches here turn over in about a quarter of an hour (8 slots, a pod every few
@@ -98,15 +109,39 @@ SCENARIOS = {
     # are named from a small shared vocabulary (api, web, worker, ...): the most
     # specific segment alone no longer tells one pipeline from another.
     "shared-names": Scenario(systems=4, shared_names=0.4),
+    # Pipelines differ in what warmth is worth: 30 % lose 60-180 s on a cold node,
+    # 40 % 5-15 s, 30 % nothing; startups are noisy and 2 % of pods hang. The
+    # estimate has to be learned from the simulated outcomes during the run.
+    "worth": Scenario(
+        gain_lot=0.3, gain_little=0.4, startup_noise=0.3, hung_share=0.02
+    ),
 }
+
+# Cold-start seconds of the pipelines that gain a lot, or a little, from warmth.
+GAIN_LOT = (60.0, 180.0)
+GAIN_LITTLE = (5.0, 15.0)
+# A pod's startup on an exact hit (image and workspace in place), before noise.
+STARTUP_FLOOR = 3.0
+# What a hung pod adds to its startup, whatever the node.
+HUNG = (300.0, 900.0)
 
 
 @dataclass
 class Pod:
+    """One pod to place. `cold_extra`/`partial_extra` are the seconds a cold start or
+    a partial hit adds for this pod (noise included); `startup` what it takes on an
+    exact hit (the floor, noise and any hang)."""
+
     label: str
     cpu: float
     base: float
     arrived: float
+    cold_extra: float = 0.0
+    partial_extra: float = 0.0
+    startup: float = 0.0
+    # The room its own workspace takes in a node's cache, in workspaces (1: the
+    # size of every workspace when all pipelines cost the same).
+    footprint: float = 1.0
 
 
 @dataclass
@@ -192,6 +227,9 @@ def synthetic_workload(scenario: Scenario) -> Workload:
     for weight in popularity:
         total += weight
         cumulative.append(total)
+    costs = pipeline_costs(scenario, labels)
+    footprints = cache_footprints(costs)
+    noise = random.Random(scenario.seed * 31337 + 7)
     pods = []
     now = 0.0
     for _ in range(scenario.runs):
@@ -201,14 +239,14 @@ def synthetic_workload(scenario: Scenario) -> Workload:
         if scenario.fanout > 1 and rng.random() < scenario.fanout_share:
             size = rng.randint(2, scenario.fanout)
         for _ in range(size):
-            pods.append(
-                Pod(
-                    label=label,
-                    cpu=scenario.pod_cpu,
-                    base=rng.expovariate(1 / scenario.run_time),
-                    arrived=now,
-                )
+            pod = Pod(
+                label=label,
+                cpu=scenario.pod_cpu,
+                base=rng.expovariate(1 / scenario.run_time),
+                arrived=now,
             )
+            pods.append(with_costs(pod, costs[label], scenario, noise))
+            pod.footprint = footprints[label]
     replacements = []
     if scenario.replace_every > 0:
         at = 0.0
@@ -218,6 +256,65 @@ def synthetic_workload(scenario: Scenario) -> Workload:
                 break
             replacements.append((at, rng.randrange(scenario.nodes)))
     return Workload(pods=pods, replacements=replacements)
+
+
+def pipeline_costs(
+    scenario: Scenario, labels: list[str]
+) -> dict[str, tuple[float, float]]:
+    """label -> (cold extra, partial extra) seconds: the scenario's for every
+    pipeline, or drawn per pipeline from the gain mix (`gain_lot`, `gain_little`)."""
+    uniform = (scenario.cold_extra, scenario.partial_extra)
+    if not scenario.gain_lot and not scenario.gain_little:
+        return dict.fromkeys(labels, uniform)
+    rng = random.Random(scenario.seed * 104723 + 3)
+    share = scenario.partial_extra / scenario.cold_extra if scenario.cold_extra else 0
+    costs = {}
+    for label in labels:
+        draw = rng.random()
+        cold = 0.0
+        if draw < scenario.gain_lot:
+            cold = rng.uniform(*GAIN_LOT)
+        elif draw < scenario.gain_lot + scenario.gain_little:
+            cold = rng.uniform(*GAIN_LITTLE)
+        costs[label] = (cold, cold * share)
+    return costs
+
+
+# The least room a workspace takes (a pipeline whose warmth saves nothing still
+# leaves a little behind).
+MIN_FOOTPRINT = 0.05
+
+
+def cache_footprints(costs: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """label -> the room its own workspace takes in a node's cache: its cold cost
+    over the mean cold cost of the pipelines, at least MIN_FOOTPRINT. What a cold
+    start costs is mostly fetching what the cache holds (images, build caches), so
+    the two go together; when every pipeline costs the same, every workspace
+    takes 1, and the cache holds `cache_slots` of them."""
+    mean = sum(cold for cold, _ in costs.values()) / len(costs) if costs else 0.0
+    if not mean:
+        return dict.fromkeys(costs, 1.0)
+    return {
+        label: max(MIN_FOOTPRINT, cold / mean) for label, (cold, _) in costs.items()
+    }
+
+
+def with_costs(
+    pod: Pod, cost: tuple[float, float], scenario: Scenario, noise: random.Random
+) -> Pod:
+    """`pod` with its own extras and exact-hit startup, noise and hang drawn from
+    `noise` (a stream of its own, so scenarios without noise draw nothing)."""
+    cold, partial = cost
+    if scenario.startup_noise:
+        factor = noise.lognormvariate(0.0, scenario.startup_noise)
+        cold, partial = cold * factor, partial * factor
+        startup = STARTUP_FLOOR * noise.lognormvariate(0.0, scenario.startup_noise)
+        if scenario.hung_share and noise.random() < scenario.hung_share:
+            startup += noise.uniform(*HUNG)
+    else:
+        startup = 0.0
+    pod.cold_extra, pod.partial_extra, pod.startup = cold, partial, startup
+    return pod
 
 
 def ledger_workload(scenario: Scenario) -> tuple[Workload, int]:

@@ -65,6 +65,7 @@ from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.labels import path_keys
 from history.outcomes import WARMTHS, format_sections, summarize
 from history.reader.memory import MemoryHistory
+from history.worth import WorthBook
 
 __all__ = [
     "STRATEGY_NAMES",
@@ -75,7 +76,11 @@ __all__ = [
     "with_options",
 ]
 
-STRATEGY_NAMES = ("none", "seed", "warm", "webhook")
+STRATEGY_NAMES = ("none", "seed", "warm", "adaptive", "webhook")
+# The strategies that learn what warmth is worth to each pipeline (`history.worth`)
+# from the outcomes of the pods they placed, as the extender and the webhook do
+# with KSSCHED_WORTH=auto; `warm` is the same scoring with weight 1 throughout.
+LEARNING = ("adaptive", "webhook")
 # kube-scheduler's minFeasibleNodesToFind: sampling never scores fewer nodes.
 MIN_FEASIBLE_NODES = 100
 
@@ -111,7 +116,9 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
     names = [f"node-{i:04d}" for i in range(scenario.nodes)]
     free = [scenario.cpu] * scenario.nodes
     running = [0] * scenario.nodes
-    caches: list[OrderedDict[str, None]] = [OrderedDict() for _ in names]
+    # Each node's cache: workspace -> the room it takes, least recently used first.
+    caches: list[OrderedDict[str, float]] = [OrderedDict() for _ in names]
+    used = [0.0] * scenario.nodes
     load = [0.0] * scenario.nodes
     history = MemoryHistory(scenario.half_life_days * 86400.0)
     rules = WarmRules(
@@ -130,7 +137,9 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
     concurrency: list[int] = []
     waits: list[float] = []
     saved = 0.0
+    startups = 0.0
     next_start = 0
+    book = WorthBook() if strategy in LEARNING else None
 
     events: list[tuple[float, int, str, Any]] = []
     sequence = 0
@@ -147,8 +156,10 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
     admissions: WebhookAdmissions | None = None
     if strategy == "seed":
         scorer = SeedStrategy(reader=history)
-    elif strategy == "warm":
-        scorer = WarmStrategy(rules=rules, reader=history, half_life=history.half_life)
+    elif strategy in ("warm", "adaptive"):
+        scorer = WarmStrategy(
+            rules=rules, reader=history, half_life=history.half_life, worth=book
+        )
     elif strategy == "webhook":
         admissions = WebhookAdmissions(
             history=history,
@@ -159,6 +170,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
             nodes=names,
             pool_days=scenario.webhook_pool_days,
             seed=scenario.seed,
+            worth=book,
         )
     # Webhook mode: the terms each pending pod was admitted with, by id(pod).
     terms: dict[int, dict[str, int]] = {}
@@ -175,7 +187,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         return [score * weight for score in scores]
 
     def try_place(pod: Pod, now: float) -> bool:
-        nonlocal next_start, sequence, saved
+        nonlocal next_start, sequence, saved, startups
         scored, after = scored_nodes(free, pod.cpu, next_start, scenario.percentage)
         if not scored:
             return False
@@ -196,17 +208,25 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         if workspaces[-1] in cache:
             level, extra = "exact", 0.0
         elif any(key in cache for key in workspaces[:-1]):
-            level, extra = "partial", scenario.partial_extra
+            level, extra = "partial", pod.partial_extra
         else:
-            level, extra = "cold", scenario.cold_extra
+            level, extra = "cold", pod.cold_extra
         warmth[level] += 1
-        timings[level].append(("Succeeded", extra, pod.base))
-        saved += scenario.cold_extra - extra
+        startup = pod.startup + extra
+        timings[level].append(("Succeeded", startup, pod.base))
+        saved += pod.cold_extra - extra
+        startups += startup
         for key in workspaces:
-            cache[key] = None
+            # A shared prefix (a toolchain) holds what the biggest pipeline under
+            # it left there; the pipeline's own workspace its own footprint.
+            own = key == workspaces[-1]
+            size = pod.footprint if own else max(pod.footprint, cache.get(key, 0.0))
+            used[chosen] += size - cache.get(key, 0.0)
+            cache[key] = size
             cache.move_to_end(key)
-        while len(cache) > scenario.cache_slots:
-            cache.popitem(last=False)
+        # Evict the least recently used until the cache fits (never the newest).
+        while used[chosen] > scenario.cache_slots + 1e-9 and len(cache) > 1:
+            used[chosen] -= cache.popitem(last=False)[1]
         free[chosen] -= pod.cpu
         running[chosen] += 1
         concurrency.append(running[chosen])
@@ -216,7 +236,8 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         history.place(label=pod.label, node=names[chosen], now=now)
         if admissions is not None:
             admissions.placed(pod.label, now)
-        heapq.heappush(events, (now + duration, sequence, "finish", (pod, chosen)))
+        finish = (pod, chosen, level, startup)
+        heapq.heappush(events, (now + duration, sequence, "finish", finish))
         sequence += 1
         return True
 
@@ -234,12 +255,16 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
                     pending.append(pod)
                     terms[id(pod)] = admissions.admit(pod.label, now)
         elif kind == "finish":
-            pod, node = payload
+            pod, node, level, startup = payload
             free[node] += pod.cpu
             running[node] -= 1
             history.finish(label=pod.label, node=names[node])
+            if book is not None:
+                # The watcher records the outcome when the pod ends.
+                book.add(pod.label, level, startup, pod.base)
         else:
             caches[payload].clear()
+            used[payload] = 0.0
             history.replace(node=names[payload], now=now)
             continue
         # FIFO: the head of the queue waits until it fits (no overtaking).
@@ -263,6 +288,8 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         else 0.0,
         "p95_pods_per_node": _percentile(concurrency, 0.95),
         "time_saved_hours": round(saved / 3600, 1),
+        "startup_hours": round(startups / 3600, 1),
+        "weights": book.bands() if book is not None else None,
         "mean_wait_seconds": round(sum(waits) / len(waits), 1) if waits else 0.0,
     }
 
@@ -292,7 +319,9 @@ def run(
     results = [simulate(scenario, workload, name) for name in strategies]
     by_name = {result["strategy"]: result for result in results}
     wins = None
-    others = [r for name, r in by_name.items() if name not in ("warm", "webhook")]
+    others = [
+        r for name, r in by_name.items() if name not in ("warm", "adaptive", "webhook")
+    ]
     if "warm" in by_name and others:
         warm = by_name["warm"]
         wins = warm["busiest_over_mean_load"] <= BALANCED and all(
@@ -355,7 +384,8 @@ def format_table(report: dict[str, Any]) -> str:
     """A readable table of `run`'s report."""
     header = (
         f"{'strategy':<8} {'pods':>6} {'exact':>7} {'partial':>8} {'cold':>7} "
-        f"{'busiest/mean':>13} {'p95 pods/node':>14} {'saved h':>8} {'wait s':>7}"
+        f"{'busiest/mean':>13} {'p95 pods/node':>14} {'saved h':>8} "
+        f"{'startup h':>9} {'wait s':>7}"
     )
     lines = [header, "-" * len(header)]
     for r in report["results"]:
@@ -363,7 +393,8 @@ def format_table(report: dict[str, Any]) -> str:
             f"{r['strategy']:<8} {r['pods']:>6} {r['exact_rate']:>7.1%} "
             f"{r['partial_rate']:>8.1%} {r['cold_rate']:>7.1%} "
             f"{r['busiest_over_mean_load']:>13.2f} {r['p95_pods_per_node']:>14} "
-            f"{r['time_saved_hours']:>8.1f} {r['mean_wait_seconds']:>7.1f}"
+            f"{r['time_saved_hours']:>8.1f} {r['startup_hours']:>9.1f} "
+            f"{r['mean_wait_seconds']:>7.1f}"
         )
     if report["warm_wins"] is not None:
         verdict = "yes" if report["warm_wins"] else "no"

@@ -26,10 +26,27 @@ from extender.scoring.rules import (
     seed_matches,
     seed_score,
     warm_explain,
+    with_worth,
 )
 from history.labels import path_keys, split_pipeline_label
 from history.reader import HistoryReader, LabelHistory, history_reader
 from history.recency import half_life_seconds, weigh
+from history.worth import Estimate
+from history.worth_feed import process_worth
+
+
+class WorthSource(Protocol):
+    """Where `warm` learns what warmth is worth to a pipeline: a `WorthBook`, or a
+    process's book fed from the ledger (`history.worth_feed.LedgerWorth`)."""
+
+    def estimate(self, label: str) -> Estimate: ...
+
+
+def worth_why(estimate: Estimate) -> str:
+    """The words explain and the pipeline page give for a learned weight."""
+    if estimate.weight == 1.0 and estimate.credited is None:
+        return ""
+    return f"learned {estimate.weight:g}: {estimate.reason}"
 
 
 class Strategy(Protocol):
@@ -132,10 +149,15 @@ class WarmStrategy:
         rules: WarmRules | None = None,
         reader: HistoryReader | None = None,
         half_life: float | None = None,
+        worth: WorthSource | None = None,
     ):
         self.rules = rules or WarmRules()
         self.reader = reader
         self.half_life = half_life
+        # What warmth is worth to each pipeline (`history.worth`); None: weight 1
+        # for every pipeline (`get_strategy` passes the process's book unless
+        # KSSCHED_WORTH is off).
+        self.worth = worth
 
     def _half_life(self) -> float:
         """Seconds per halving: as given, else KSSCHED_HALF_LIFE_DAYS."""
@@ -157,6 +179,9 @@ class WarmStrategy:
         policy = resolve_policy(
             keys=split_pipeline_label(label), policies=history.policies
         )
+        if self.worth is not None:
+            estimate = self.worth.estimate(label or "")
+            policy = with_worth(policy, estimate.weight, worth_why(estimate))
         return history, policy
 
     def inputs(
@@ -243,6 +268,9 @@ def get_strategy(
     """The strategy called `name`, or the configured one (KSSCHED_SCORING), reading
     from `reader` (default: `history_reader()` at each call)."""
     name = name or settings.KSSCHED_SCORING
+    if name == WarmStrategy.name:
+        auto = settings.KSSCHED_WORTH == "auto"
+        return WarmStrategy(reader=reader, worth=process_worth() if auto else None)
     try:
         return STRATEGIES[name](reader=reader)
     except KeyError:

@@ -61,11 +61,13 @@ class Policies:
     """The per-key policy rows of a label's keys, as plain data.
 
     `keys` maps a key to (enabled, weight) from KeyPolicy; `nodes` maps a key to
-    {node: "pin" | "ban"} from NodePolicy.
+    {node: "pin" | "ban"} from NodePolicy; `worth` a key to its KeyPolicy's worth
+    mode where it is not "auto".
     """
 
     keys: Mapping[str, tuple[bool, float]] = field(default_factory=dict)
     nodes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    worth: Mapping[str, str] = field(default_factory=dict)
 
 
 NO_POLICIES = Policies()
@@ -215,6 +217,7 @@ def decode(
     active: dict[str, dict[str, int]] = {}
     busy: dict[str, int] = {}
     key_policies: dict[str, tuple[bool, float]] = {}
+    worth: dict[str, str] = {}
     node_policies: dict[str, dict[str, str]] = {}
     replaced: dict[str, float] = {}
     snapshot = None
@@ -226,6 +229,8 @@ def decode(
             busy[first] = busy.get(first, 0) + number
         elif kind == Small.KEY_POLICY:
             key_policies[first] = (bool(number), float(real))
+            if third and third != "auto":
+                worth[first] = third
         elif kind == Small.NODE_POLICY:
             node_policies.setdefault(first, {})[second] = third
         elif kind == Small.SNAPSHOT:
@@ -236,7 +241,7 @@ def decode(
         rows=rows,
         active=active,
         busy=busy,
-        policies=Policies(keys=key_policies, nodes=node_policies),
+        policies=Policies(keys=key_policies, nodes=node_policies, worth=worth),
         replaced=replaced,
         snapshot=snapshot,
     )

@@ -70,7 +70,7 @@ def history_sql(
             f"GROUP BY node, label"
         )
     parts += [
-        f"SELECT {Small.KEY_POLICY:d}, key, {text}, {text}, "
+        f"SELECT {Small.KEY_POLICY:d}, key, {text}, worth, "
         f"CASE WHEN enabled THEN 1 ELSE 0 END, weight, {real} "
         f"FROM {KeyPolicy._meta.db_table}{only}",
         f"SELECT {Small.NODE_POLICY:d}, key, node, action, {number}, {real}, {real} "

@@ -43,6 +43,11 @@ HELP = {
     "cold_extra": "seconds a cold start adds",
     "partial_extra": "seconds a partial hit adds",
     "replace_every": "mean seconds between node replacements (0: never)",
+    "gain_lot": "share of pipelines whose cold start adds 60-180 s (with "
+    "--gain-little; both 0: every pipeline adds --cold-extra)",
+    "gain_little": "share of pipelines whose cold start adds 5-15 s (the rest: 0)",
+    "startup_noise": "log-normal sigma of each pod's startup and extras (0: none)",
+    "hung_share": "share of pods whose startup hangs 300-900 s on any node",
     "weight": "extender weight in the scheduler configuration",
     "percentage": "percentageOfNodesToScore (100: score every feasible node)",
     "half_life_days": "recency half-life of the warm strategy, in days",
@@ -69,8 +74,8 @@ def measured_outcomes() -> dict[str, Any]:
 class Command(BaseCommand):
     help = (
         "Simulate a cluster and compare the scoring strategies (no extender, seed, "
-        "warm, and warm through the admission webhook) on cache hits, load balance "
-        "and time saved."
+        "warm, warm weighted by what warmth is worth to each pipeline, and that "
+        "through the admission webhook) on cache hits, load balance and time saved."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -157,7 +162,7 @@ class Command(BaseCommand):
         percentage = overrides.get("percentage")
         if percentage is not None and not 0 < percentage <= 100:
             raise CommandError("--percentage must be between 1 and 100")
-        for name in ("fanout_share", "shared_names"):
+        for name in ("fanout_share", "shared_names", "gain_lot", "gain_little"):
             share = overrides.get(name)
             if share is not None and not 0 <= share <= 1:
                 option = "--" + name.replace("_", "-")

@@ -1,0 +1,435 @@
+"""What warmth is worth to each pipeline, learned from its own outcomes.
+
+Pure: samples in, estimates and weights out; no database (`history.worth_feed`
+feeds a process's book from the ledger, the simulator feeds its own).
+
+**Samples.** Each successful pod gives its startup and run seconds under its
+warmth class (exact, partial, cold). A pipeline keeps the newest `SAMPLES` of each
+class and measure in one fixed array, so rare classes (a warm pipeline's cold
+runs) are not pushed out by common ones and memory is bounded per pipeline
+(`MAX_PIPELINES` of them, least recently updated forgotten first).
+
+**Saving.** What an exact placement saves over a class (partial or cold): the
+median startup of the pipeline's runs of that class less the median of its exact
+runs, plus the same for run time when that difference is measurable. Medians make
+it robust to a hung pod or a huge run. The interval is distribution-free: each
+median's order-statistic interval at about 95 % (`median_interval`), the
+difference taken end to end; "measurable" means it excludes 0 with at least
+`MIN_RUNS` runs on each side. Run times vary far more and are compared often, so
+their interval is taken at about 99.9 % (`Z_RUN`).
+
+**Worth.** A pipeline's saving over each class, in units of what warmth saves the
+median pipeline over that class (`WorthBook.units`), averaged over the classes by
+their comparisons: 1 is a typical pipeline, 0 one that gains nothing, 3 one that
+gains three times as much. Units make the worth independent of how often the
+pipeline happened to land partial rather than cold, and of the fleet's mix.
+
+**Borrowing strength.** A pipeline with few runs is shrunk toward its parent
+prefix (`java-javamaven-*`, then `java-*`, then the fleet):
+`(n w + k p) / (n + k)`, `n` its comparisons (the fewer of exact and other runs),
+`k = PRIOR_RUNS`, `p` the parent's worth: the median worth of the pipelines under
+that prefix, itself shrunk toward its own parent by `PRIOR_PIPELINES`.
+
+**Weight** (`weight_for`), what `warm` scales the pull by: no outcomes at all
+keeps today's pull, 1; otherwise the credited worth rounded to the nearest `STEP`,
+between 0 and `MAX_WEIGHT`. The credited worth is the shrunk worth, or 0 once the
+pipeline has `MIN_RUNS` runs on each side and its own startup interval includes 0
+(its run interval too): "saves nothing measurable". The weight never decreases
+as the credited worth grows.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from history.labels import path_keys
+
+WARMTHS = ("exact", "partial", "cold")
+MEASURES = ("startup", "run")
+# Newest samples kept per pipeline, warmth class and measure.
+SAMPLES = 16
+# Pipelines remembered; beyond it the least recently updated is forgotten.
+MAX_PIPELINES = 20_000
+# Pseudo-runs of the parent prefix's worth in a pipeline's.
+PRIOR_RUNS = 3
+# Pseudo-pipelines of the parent's worth in a prefix's.
+PRIOR_PIPELINES = 3
+# Runs on each side (exact, other) before "nothing measurable" may be concluded.
+MIN_RUNS = 8
+STEP = 0.5
+MAX_WEIGHT = 2.0
+# The unit of worth (what warmth saves the median pipeline) is at least this many
+# seconds: a fleet where warmth saves nothing does not make noise look large.
+MIN_UNIT = 1.0
+# z of the two-sided 95 % interval of a median's ranks.
+Z95 = 1.96
+# Run times vary far more than startups and are compared for every pipeline and
+# class at each refresh: a run difference counts only at about 99.9 %.
+Z_RUN = 3.29
+FLEET = ""
+OTHERS = ("partial", "cold")
+
+_SLOTS = len(WARMTHS) * len(MEASURES)
+_INDEX = {
+    (warmth, measure): i * len(MEASURES) + j
+    for i, warmth in enumerate(WARMTHS)
+    for j, measure in enumerate(MEASURES)
+}
+
+
+class Samples:
+    """The newest `size` values of each (warmth, measure), in one float array."""
+
+    __slots__ = ("size", "values", "added")
+
+    def __init__(self, size: int):
+        self.size = size
+        self.values = array("f", bytes(4 * size * _SLOTS))
+        self.added = array("L", bytes(array("L").itemsize * _SLOTS))
+
+    def add(self, warmth: str, startup: float, run: float) -> None:
+        for measure, value in (("startup", startup), ("run", run)):
+            slot = _INDEX[warmth, measure]
+            count = self.added[slot]
+            self.values[slot * self.size + count % self.size] = value
+            self.added[slot] = count + 1
+
+    def of(self, warmth: str, measure: str) -> list[float]:
+        slot = _INDEX[warmth, measure]
+        held = min(self.added[slot], self.size)
+        start = slot * self.size
+        return list(self.values[start : start + held])
+
+    def runs(self, warmth: str) -> int:
+        """Runs of `warmth` ever added (not only those kept)."""
+        return int(self.added[_INDEX[warmth, "startup"]])
+
+    def __bool__(self) -> bool:
+        return any(self.added)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Median of other runs less median of exact runs, with its interval."""
+
+    seconds: float
+    low: float
+    high: float
+    exact: int  # samples on each side
+    other: int
+
+    @property
+    def measurable(self) -> bool:
+        """The interval excludes 0, with at least MIN_RUNS values on each side (an
+        order-statistic interval of fewer is too wide or too narrow to trust)."""
+        return self.comparisons >= MIN_RUNS and (self.low > 0 or self.high < 0)
+
+    @property
+    def comparisons(self) -> int:
+        return min(self.exact, self.other)
+
+
+def median_interval(values: Sequence[float], z: float = Z95) -> tuple[float, float]:
+    """A distribution-free interval of the median, about 95 % for z 1.96: the order
+    statistics at ranks n/2 -+ z sqrt(n)/2 (the extremes for few values)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    half = z * math.sqrt(n) / 2
+    low = max(0, math.floor(n / 2 - half))
+    high = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return ordered[low], ordered[high]
+
+
+def difference(
+    exact: Sequence[float], other: Sequence[float], z: float = Z95
+) -> Difference | None:
+    """`other`'s median less `exact`'s, None unless both have values."""
+    if not exact or not other:
+        return None
+    exact_low, exact_high = median_interval(exact, z)
+    other_low, other_high = median_interval(other, z)
+    return Difference(
+        seconds=statistics.median(other) - statistics.median(exact),
+        low=other_low - exact_high,
+        high=other_high - exact_low,
+        exact=len(exact),
+        other=len(other),
+    )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What an exact placement saves one pipeline, and the weight that follows.
+
+    `startup` (exact vs partial and cold runs), `over_partial`, `over_cold` and
+    `run` are the pipeline's own differences (None without both sides); `seconds`
+    what its own data says an exact placement saves (startup, plus run when
+    measurable). `own` is its worth relative to the fleet (its saving over each
+    class in units of what it saves the median pipeline, `units`), `prior` the parent
+    prefix's it is
+    shrunk toward, `credited` what the weight is taken from; `weight` and `reason`
+    what the scoring uses and why.
+    """
+
+    label: str
+    runs: dict[str, int]
+    startup: Difference | None
+    over_partial: Difference | None
+    over_cold: Difference | None
+    run: Difference | None
+    seconds: float | None
+    own: float | None
+    prior: float | None
+    credited: float | None
+    units: dict[str, float]
+    weight: float
+    reason: str
+
+
+def weight_for(credited: float | None) -> float:
+    """The warm pull's scale for a credited relative worth: 1 without one; else the
+    worth rounded to the nearest STEP, between 0 and MAX_WEIGHT. Non-decreasing."""
+    if credited is None:
+        return 1.0
+    steps = math.floor(credited / STEP + 0.5)
+    return min(MAX_WEIGHT, max(0.0, steps * STEP))
+
+
+def band(weight: float) -> str:
+    """The metrics band of a weight in use: off, weaker, default or stronger."""
+    if weight <= 0:
+        return "off"
+    if weight < 1:
+        return "weaker"
+    if weight == 1:
+        return "default"
+    return "stronger"
+
+
+BANDS = ("off", "weaker", "default", "stronger")
+
+
+def prefixes(label: str) -> list[str]:
+    """The label's prefix pools, general to specific, after the fleet's."""
+    return [FLEET, *path_keys(label)[:-1]]
+
+
+class WorthBook:
+    """Outcome samples of every pipeline; estimates on demand, kept until the next
+    `add`. Not thread-safe: its owner (`worth_feed`, the simulator) serialises it.
+    """
+
+    def __init__(self, *, max_pipelines: int = MAX_PIPELINES):
+        self.pipelines: OrderedDict[str, Samples] = OrderedDict()
+        self.max_pipelines = max_pipelines
+        # prefix (FLEET for all) -> the labels under it.
+        self.children: dict[str, set[str]] = {}
+        self._savings: dict[str, dict[str, tuple[float, int]]] = {}
+        self._units: dict[str, float] | None = None
+        self._priors: dict[str, float | None] = {}
+        self._estimates: dict[str, Estimate] = {}
+
+    def add(self, label: str, warmth: str, startup: float, run: float) -> None:
+        """One successful pod of `label` with its warmth and times (seconds)."""
+        if warmth not in WARMTHS or not label:
+            return
+        samples = self.pipelines.get(label)
+        if samples is None:
+            if len(self.pipelines) >= self.max_pipelines:
+                self._forget(next(iter(self.pipelines)))
+            samples = self.pipelines[label] = Samples(SAMPLES)
+            for pool in prefixes(label):
+                self.children.setdefault(pool, set()).add(label)
+        else:
+            self.pipelines.move_to_end(label)
+        samples.add(warmth, startup, run)
+        self._savings.pop(label, None)
+        self._units = None
+        self._priors.clear()
+        self._estimates.clear()
+
+    def add_all(self, rows: Iterable[tuple[str, str, float, float]]) -> None:
+        for label, warmth, startup, run in rows:
+            self.add(label, warmth, startup, run)
+
+    def _forget(self, label: str) -> None:
+        del self.pipelines[label]
+        self._savings.pop(label, None)
+        for pool in prefixes(label):
+            labels = self.children.get(pool)
+            if labels is not None:
+                labels.discard(label)
+                if not labels:
+                    del self.children[pool]
+
+    def savings(self, label: str) -> dict[str, tuple[float, int]]:
+        """other class -> (seconds an exact placement saves over it, comparisons),
+        for the classes the pipeline has runs of on both sides."""
+        found = self._savings.get(label)
+        if found is None:
+            found = self._savings[label] = savings(self.pipelines[label])
+        return found
+
+    def units(self) -> dict[str, float]:
+        """other class -> what warmth saves the median pipeline over it (at least
+        MIN_UNIT seconds): a pipeline's worth is measured in these units."""
+        if self._units is None:
+            by_class: dict[str, list[float]] = {other: [] for other in OTHERS}
+            for label in self.pipelines:
+                for other, (seconds, _) in self.savings(label).items():
+                    by_class[other].append(seconds)
+            self._units = {
+                other: max(MIN_UNIT, statistics.median(values) if values else 0.0)
+                for other, values in by_class.items()
+            }
+        return self._units
+
+    def worth(self, label: str) -> tuple[float | None, int]:
+        """The pipeline's own worth (None without a comparison) and comparisons."""
+        units = self.units()
+        total, weights = 0.0, 0
+        for other, (seconds, comparisons) in self.savings(label).items():
+            total += comparisons * seconds / units[other]
+            weights += comparisons
+        if not weights:
+            return None, 0
+        return total / weights, _comparisons(self.pipelines[label])
+
+    def _prior(self, label: str) -> float | None:
+        """The parent prefix's worth: the median worth of the pipelines under each
+        prefix, shrunk toward its own parent's, from the fleet down."""
+        prior: float | None = None
+        for pool in prefixes(label):
+            if pool in self._priors:
+                prior = self._priors[pool]
+                continue
+            worths = [
+                worth
+                for child in self.children.get(pool, ())
+                if (worth := self.worth(child)[0]) is not None
+            ]
+            median = statistics.median(worths) if worths else None
+            prior = shrink(median, len(worths), prior, PRIOR_PIPELINES)
+            self._priors[pool] = prior
+        return prior
+
+    def estimate(self, label: str) -> Estimate:
+        """What an exact placement saves `label`, and its weight."""
+        found = self._estimates.get(label)
+        if found is None:
+            found = self._estimates[label] = self._estimate(label)
+        return found
+
+    def _estimate(self, label: str) -> Estimate:
+        samples = self.pipelines.get(label)
+        units = self.units()
+        runs = {w: samples.runs(w) if samples else 0 for w in WARMTHS}
+        if not samples:
+            return Estimate(
+                label, runs, None, None, None, None, None, None, None, None,
+                units, 1.0, "no outcomes yet: today's pull",
+            )  # fmt: skip
+        startup = _side(samples, "startup", OTHERS)
+        run = _side(samples, "run", OTHERS)
+        own, comparisons = self.worth(label)
+        prior = self._prior(label)
+        credited = shrink(own, comparisons, prior, PRIOR_RUNS)
+        reason = ""
+        if (
+            startup is not None
+            and startup.comparisons >= MIN_RUNS
+            and startup.low <= 0
+            and not (run is not None and run.measurable and run.low > 0)
+        ):
+            credited, reason = 0.0, "saves nothing measurable: its interval holds 0"
+        weight = weight_for(credited)
+        if not reason:
+            if credited is None:
+                reason = "no comparison anywhere yet: today's pull"
+            else:
+                borrowed = ""
+                if comparisons < MIN_RUNS:
+                    borrowed = ", borrowing from its prefix"
+                reason = f"worth {credited:.2f}x a typical pipeline's{borrowed}"
+        return Estimate(
+            label=label,
+            runs=runs,
+            startup=startup,
+            over_partial=_side(samples, "startup", ("partial",)),
+            over_cold=_side(samples, "startup", ("cold",)),
+            run=run,
+            seconds=_seconds(startup, run),
+            own=own,
+            prior=prior,
+            credited=credited,
+            units=units,
+            weight=weight,
+            reason=reason,
+        )
+
+    def weight(self, label: str) -> float:
+        return self.estimate(label).weight
+
+    def settle(self) -> None:
+        """Work out every estimate now (a process's book after a refresh), so
+        that scoring finds them ready."""
+        for label in self.pipelines:
+            self.estimate(label)
+
+    def bands(self) -> dict[str, int]:
+        """How many remembered pipelines are at each weight band."""
+        counts = dict.fromkeys(BANDS, 0)
+        for label in self.pipelines:
+            counts[band(self.estimate(label).weight)] += 1
+        return counts
+
+
+def shrink(
+    own: float | None, weight: int, prior: float | None, strength: int
+) -> float | None:
+    """`own` (from `weight` runs or pipelines) shrunk toward `prior` by `strength`
+    pseudo-observations of it."""
+    if own is None:
+        return prior
+    if prior is None:
+        return own
+    return (weight * own + strength * prior) / (weight + strength)
+
+
+def _side(samples: Samples, measure: str, others: Sequence[str]) -> Difference | None:
+    other = [value for warmth in others for value in samples.of(warmth, measure)]
+    z = Z_RUN if measure == "run" else Z95
+    return difference(samples.of("exact", measure), other, z)
+
+
+def _seconds(startup: Difference | None, run: Difference | None) -> float | None:
+    """The seconds an exact placement saves: startup, plus run when measurable."""
+    if startup is None:
+        return None
+    if run is not None and run.measurable:
+        return startup.seconds + run.seconds
+    return startup.seconds
+
+
+def savings(samples: Samples) -> dict[str, tuple[float, int]]:
+    """other class -> (seconds an exact placement saves over it: startup, plus run
+    when measurable; comparisons), for the classes with runs on both sides."""
+    found = {}
+    for other in OTHERS:
+        startup = _side(samples, "startup", (other,))
+        if startup is None:
+            continue
+        seconds = _seconds(startup, _side(samples, "run", (other,)))
+        assert seconds is not None
+        found[other] = (seconds, startup.comparisons)
+    return found
+
+
+def _comparisons(samples: Samples) -> int:
+    side = _side(samples, "startup", OTHERS)
+    return side.comparisons if side is not None else 0
