@@ -306,6 +306,8 @@ def _warm_node(
         "load_penalty": load,
         "penalty": hotspot + load,
         "policy": applied,
+        "worth_weight": policy.learned,
+        "worth": policy.why or None,
         "score": score,
     }
 
@@ -346,7 +348,9 @@ def warm_explain(
     `active` maps a node to the active pods of the same label. Keys of each dict:
     node, matched_segment, segment_index, raw_count, decayed_weight, active_pods,
     excess_load (active pipeline pods above the mean of `nodes`, from `busy`),
-    base_score, hotspot_penalty, load_penalty, penalty (their sum), policy, score.
+    base_score, hotspot_penalty, load_penalty, penalty (their sum), policy,
+    worth_weight (the learned weight applied, None when none is) and worth (why),
+    score.
     """
     if not keys or not policy.enabled:
         reason = None if not keys else f"opted out ({policy.source})"
@@ -364,6 +368,8 @@ def warm_explain(
                 "load_penalty": 0,
                 "penalty": 0,
                 "policy": reason,
+                "worth_weight": None,
+                "worth": None,
                 "score": MIN_SCORE,
             }
             for node in nodes

@@ -25,11 +25,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from history import ledger
+from django.conf import settings
+from django.db import connections
+
+from history import ledger, worth_feed
 from history.watcher import metrics
 from history.watcher.kube import KubeApi, micro_time
 
@@ -75,6 +78,9 @@ class PlacementEvent:
     warmth: str
     keys: tuple[str, ...]
     history: tuple[tuple[str, int], ...]
+    # The weight what warmth is worth gives the pipeline's pull, and why
+    # (`with_worth`); empty while nothing is learned.
+    worth: str = ""
 
     @property
     def reason(self) -> str:
@@ -97,6 +103,8 @@ class PlacementEvent:
             f"Placed on {self.node}: {self.warmth or 'unknown'} "
             f"(pipeline {self.label}); {behind}"
         )
+        if self.worth:
+            text += f"; {self.worth}"
         encoded = text.encode()
         if len(encoded) <= NOTE_MAX_BYTES:
             return text
@@ -213,11 +221,15 @@ class PlacementEvents:
         self._thread = None
 
     def _write_queued(self) -> None:
-        while (event := self._queue.get()) is not None:
-            try:
-                self.write(event)
-            except Exception:
-                logger.exception("Cannot write a placement Event")
+        try:
+            while (event := self._queue.get()) is not None:
+                try:
+                    self.write(with_worth(event))
+                except Exception:
+                    logger.exception("Cannot write a placement Event")
+        finally:
+            # The worth refresh reads the ledger from this thread.
+            connections.close_all()
 
     def write(self, event: PlacementEvent) -> str:
         """Write one Event now; returns what happened (the metric's `result`)."""
@@ -249,6 +261,22 @@ class PlacementEvents:
                 failure.detail,
             )
         return "failed"
+
+
+def with_worth(event: PlacementEvent) -> PlacementEvent:
+    """`event` naming the weight of its pipeline's warm pull, from this process's
+    book of what warmth is worth (refreshed here, off the watch loop, at most every
+    KSSCHED_WORTH_REFRESH_SECONDS); unchanged while nothing is learned."""
+    if settings.KSSCHED_WORTH != "auto":
+        return event
+    worth = worth_feed.process_worth()
+    worth.refresh()
+    estimate = worth.estimate(event.label)
+    if estimate.credited is None:
+        return event
+    return replace(
+        event, worth=f"warm pull weight {estimate.weight:g}: {estimate.reason}"
+    )
 
 
 def event_name(pod: str, time_ns: int) -> str:
