@@ -91,7 +91,8 @@ def test_weights_move_the_scores_and_the_webhooks_terms(watched, settings):
     nodes = [warm_node(LOT), warm_node(FLAT), "idle-a", "idle-b"]
 
     def scores(label):
-        return dict(zip(nodes, get_strategy().score(label=label, nodes=nodes)))
+        found = get_strategy().score(label=label, nodes=nodes)
+        return dict(zip(nodes, found, strict=True))
 
     def terms(label):
         plan = plan_terms(
