@@ -21,6 +21,7 @@ from extender.scoring.scenarios import (
     Pod,
     Scenario,
     Workload,
+    measured_costs,
     pipeline_costs,
     pipeline_labels,
     shared_name_share,
@@ -413,3 +414,33 @@ def test_adaptive_stays_with_warm_where_every_pipeline_gains_the_same():
     assert adaptive["weights"]["default"] >= 0.8 * sum(adaptive["weights"].values())
     assert abs(adaptive["exact_rate"] - warm["exact_rate"]) <= 0.01
     assert adaptive["time_saved_hours"] >= 0.99 * warm["time_saved_hours"]
+
+
+@pytest.mark.django_db
+def test_from_db_replays_each_pipelines_measured_worth_with_adaptive_weights():
+    start = timezone.now() - timedelta(days=2)
+    for i in range(40):
+        label = "ci-java-lot" if i % 2 else "ci-java-flat"
+        warmth = "exact" if i % 4 < 2 else "cold"
+        record_placement(
+            pod_uid=f"u{i}",
+            namespace="ci",
+            name=f"p{i}",
+            label=label,
+            node=f"node-{i % 5}",
+            bound_at=start + timedelta(minutes=3 * i),
+            warmth=warmth,
+        )
+        extra = 200 if label == "ci-java-lot" and warmth == "cold" else 0
+        record_outcome(
+            pod_uid=f"u{i}", startup=10 + extra + i % 3, run=300, outcome="Succeeded"
+        )
+    costs = measured_costs(SCENARIOS["default"])
+    assert costs["ci-java-lot"][0] == pytest.approx(200, abs=3)
+    assert costs["ci-java-flat"] == (0.0, 0.0) or costs["ci-java-flat"][0] < 3
+    report = simulate_json("--from-db", "--strategies", "warm,adaptive")
+    warm, adaptive = report["results"]
+    assert warm["weights"] is None
+    assert sum(adaptive["weights"].values()) == 2
+    # The replayed pods carry the measured costs, not the scenario's 300 s.
+    assert warm["time_saved_hours"] < 40 * 300 / 3600

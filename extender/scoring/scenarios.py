@@ -4,6 +4,7 @@ they draw, or the recorded ledger replayed as one (see `simulation`)."""
 from __future__ import annotations
 
 import random
+import statistics
 from dataclasses import dataclass, field
 
 from extender.scoring.rules import WarmRules
@@ -322,8 +323,10 @@ def ledger_workload(scenario: Scenario) -> tuple[Workload, int]:
 
     Pods arrive when they were bound and run for their recorded run time (from the
     first container start to the end), else from binding to the end (`run_time`
-    when still running); that time is taken as the warm run time. Node
-    replacements are not replayed. Pods without pipeline segments are skipped.
+    when still running); that time is taken as the warm run time. What warmth is
+    worth to each pipeline is what the ledger measured (`measured_costs`), so the
+    adaptive strategies learn from the pipelines' own figures. Node replacements
+    are not replayed. Pods without pipeline segments are skipped.
     """
     pods = []
     nodes = set()
@@ -348,4 +351,51 @@ def ledger_workload(scenario: Scenario) -> tuple[Workload, int]:
                 arrived=(bound_at - start).total_seconds(),
             )
         )
+    measured = measured_costs(scenario)
+    costs = {
+        pod.label: measured.get(
+            pod.label, (scenario.cold_extra, scenario.partial_extra)
+        )
+        for pod in pods
+    }
+    footprints = cache_footprints(costs)
+    noise = random.Random(scenario.seed * 31337 + 7)
+    for pod in pods:
+        with_costs(pod, costs[pod.label], scenario, noise)
+        pod.footprint = footprints[pod.label]
     return Workload(pods=pods), len(nodes)
+
+
+def measured_costs(scenario: Scenario) -> dict[str, tuple[float, float]]:
+    """label -> (cold extra, partial extra) seconds as the ledger measured them:
+    the median startup of the pipeline's successful cold (partial) runs less that
+    of its exact runs, never below 0. A class without runs takes the scenario's
+    proportion of the other (partial_extra / cold_extra); a pipeline without exact
+    runs, or without any other, is left out (the scenario's figures apply)."""
+    by_label: dict[str, dict[str, list[float]]] = {}
+    rows = Placement.objects.filter(
+        outcome=Placement.Outcome.SUCCEEDED, startup_seconds__isnull=False
+    ).values_list("label", "warmth", "startup_seconds")
+    for label, warmth, startup in rows.iterator():
+        keys = split_pipeline_label(label)
+        if keys and warmth and startup is not None:
+            classes = by_label.setdefault("-".join(keys), {})
+            classes.setdefault(warmth, []).append(startup)
+    share = scenario.partial_extra / scenario.cold_extra if scenario.cold_extra else 0
+    costs = {}
+    for label, classes in by_label.items():
+        exact = classes.get("exact")
+        if not exact:
+            continue
+        base = statistics.median(exact)
+        cold = _extra(classes.get("cold"), base)
+        partial = _extra(classes.get("partial"), base)
+        if cold is not None:
+            costs[label] = (cold, partial if partial is not None else cold * share)
+        elif partial is not None:
+            costs[label] = (partial / share if share else partial, partial)
+    return costs
+
+
+def _extra(startups: list[float] | None, base: float) -> float | None:
+    return max(0.0, statistics.median(startups) - base) if startups else None
