@@ -214,6 +214,12 @@ def band(weight: float) -> str:
 BANDS = ("off", "weaker", "default", "stronger")
 
 
+def _pool_label(pool: str) -> str:
+    """A label under `pool` whose own prefixes end with it (`ci-java-*` ->
+    `ci-java-x`), for working out that prefix's worth."""
+    return pool[:-1] + "x" if pool else "x"
+
+
 def prefixes(label: str) -> list[str]:
     """The label's prefix pools, general to specific, after the fleet's."""
     return [FLEET, *path_keys(label)[:-1]]
@@ -230,6 +236,7 @@ class WorthBook:
         # prefix (FLEET for all) -> the labels under it.
         self.children: dict[str, set[str]] = {}
         self._savings: dict[str, dict[str, tuple[float, int]]] = {}
+        self._compared: dict[str, int] = {}
         self._units: dict[str, float] | None = None
         self._priors: dict[str, float | None] = {}
         self._estimates: dict[str, Estimate] = {}
@@ -249,6 +256,7 @@ class WorthBook:
             self.pipelines.move_to_end(label)
         samples.add(warmth, startup, run)
         self._savings.pop(label, None)
+        self._compared.pop(label, None)
         self._units = None
         self._priors.clear()
         self._estimates.clear()
@@ -260,6 +268,7 @@ class WorthBook:
     def _forget(self, label: str) -> None:
         del self.pipelines[label]
         self._savings.pop(label, None)
+        self._compared.pop(label, None)
         for pool in prefixes(label):
             labels = self.children.get(pool)
             if labels is not None:
@@ -298,7 +307,10 @@ class WorthBook:
             weights += comparisons
         if not weights:
             return None, 0
-        return total / weights, _comparisons(self.pipelines[label])
+        compared = self._compared.get(label)
+        if compared is None:
+            compared = self._compared[label] = _comparisons(self.pipelines[label])
+        return total / weights, compared
 
     def _prior(self, label: str) -> float | None:
         """The parent prefix's worth: the median worth of the pipelines under each
@@ -322,7 +334,11 @@ class WorthBook:
         """What an exact placement saves `label`, and its weight."""
         found = self._estimates.get(label)
         if found is None:
-            found = self._estimates[label] = self._estimate(label)
+            found = self._estimate(label)
+            # Kept for the pipelines remembered only: bounded by MAX_PIPELINES
+            # whatever labels callers ask about.
+            if label in self.pipelines:
+                self._estimates[label] = found
         return found
 
     def _estimate(self, label: str) -> Estimate:
@@ -376,10 +392,13 @@ class WorthBook:
         return self.estimate(label).weight
 
     def settle(self) -> None:
-        """Work out every estimate now (a process's book after a refresh), so
-        that scoring finds them ready."""
-        for label in self.pipelines:
-            self.estimate(label)
+        """Work out what every estimate shares now (a process's book after a
+        refresh): the units and every prefix's worth. An estimate then costs one
+        pipeline's own figures, worked out on first use and kept."""
+        self.units()
+        for pool in self.children:
+            if pool not in self._priors:
+                self._prior(_pool_label(pool))
 
     def bands(self) -> dict[str, int]:
         """How many remembered pipelines are at each weight band."""

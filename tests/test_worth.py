@@ -190,3 +190,13 @@ def test_the_oldest_pipelines_are_forgotten_beyond_the_limit():
         book.add(f"ci-java-p{n}", "exact", 10.0, 100.0)
     assert list(book.pipelines) == ["ci-java-p2", "ci-java-p3", "ci-java-p4"]
     assert book.children[""] == {"ci-java-p2", "ci-java-p3", "ci-java-p4"}
+
+
+def test_asking_about_unknown_labels_keeps_nothing():
+    book = WorthBook()
+    typical_fleet(book, pipelines=2)
+    book.settle()
+    assert book.weight("ci-java-t0") == book.weight("ci-java-t1") == 1.0
+    for n in range(1000):
+        assert book.estimate(f"ci-unknown-p{n}").weight == 1.0
+    assert len(book._estimates) == 2
