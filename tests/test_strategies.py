@@ -610,3 +610,22 @@ def test_a_key_policy_chooses_how_learned_worth_applies(worth, learned, weight, 
     assert (applied.weight, applied.pull) == (weight, pull)
     # Pins survive every mode.
     assert applied.nodes == {"n1": ("pin", "ci")}
+
+
+@pytest.mark.django_db
+def test_a_key_policys_worth_mode_is_edited_in_the_admin_and_read_by_scoring(client):
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("root", password=None))
+    answer = client.post(
+        "/admin/history/keypolicy/add/",
+        {"key": "app", "enabled": "on", "weight": "1.5", "worth": "off", "note": ""},
+    )
+    assert answer.status_code == 302, answer.content[:2000]
+    listing = client.get("/admin/history/keypolicy/").content.decode()
+    assert "off (no warm pull)" in listing
+    history = WarmStrategy().read("ci-app", ["n1"])
+    assert history is not None
+    assert history[0].policies.worth == {"app": "off"}
+    # Off: no warm pull whatever was learned, the key's weight set aside.
+    assert with_worth(history[1], 2.0, "learned").weight == 0.0
