@@ -4,8 +4,9 @@ One book per process, shared by its threads and greenlets. It starts from the
 successful pods that ended in the last KSSCHED_WORTH_DAYS (at most `FIRST_ROWS`,
 the newest), then reads only the pods that ended since, at most every
 KSSCHED_WORTH_REFRESH_SECONDS. The web processes refresh after a reply is sent
-(`after_request`), never before one: until the first refresh, every pipeline
-gets weight 1, today's pull. The admin's pipeline page refreshes before it shows.
+(`after_request`), never before one, once they have scored with the book (a
+filter call or an admin page reads nothing): until the first refresh, every
+pipeline gets weight 1, today's pull. The admin's pipeline page refreshes before it shows.
 
 A pod's outcome is written when the watcher sees it end, normally with its
 `finished_at`; pods whose outcome comes later than `OVERLAP` after their end are
@@ -40,9 +41,13 @@ class LedgerWorth:
         self.read_until: datetime | None = None
         self.seen: dict[int, datetime] = {}
         self.next_refresh = 0.0
+        # Set when scoring asked for an estimate: only then does a reply's end
+        # read the ledger (a process that never scores never reads it).
+        self.wanted = False
 
     def estimate(self, label: str) -> Estimate:
         """The label's estimate from the book as last read (never reads)."""
+        self.wanted = True
         with self.lock:
             return self.book.estimate(label)
 
@@ -129,6 +134,7 @@ def forget_worth() -> None:
 
 
 def after_request(**kwargs: object) -> None:
-    """`request_finished` receiver: refresh the book once it is time, the reply sent."""
-    if settings.KSSCHED_WORTH == "auto":
+    """`request_finished` receiver: once a request has scored with the book,
+    refresh it when it is time, the reply sent."""
+    if settings.KSSCHED_WORTH == "auto" and _PROCESS.wanted:
         _PROCESS.refresh()
