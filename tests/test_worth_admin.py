@@ -144,3 +144,12 @@ def test_the_labels_words_are_escaped(admin_client, warm):
     succeeded("e0", label, "exact", 10.0, 100.0)
     body = admin_client.get("/admin/pipeline/", {"q": label}).content.decode()
     assert "<b>x</b>" not in body
+
+
+def test_outcomes_that_cannot_be_read_are_said_so(admin_client, warm, monkeypatch):
+    from history.worth_feed import LedgerWorth
+
+    monkeypatch.setattr(LedgerWorth, "refresh", lambda self, **kwargs: False)
+    text = block(admin_client, "ci-java-app")
+    assert 'id="worth-unread"' in text
+    assert "Weight in use: <strong>1</strong>" in text
