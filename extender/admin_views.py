@@ -5,7 +5,8 @@ names) or a full label value (`jenkins-java-maven-1`) it shows each warm node's 
 and what decides it (the key that made it warm, count, penalty) as a server-side
 SVG bar chart (no scripts, no CDN), the scores every known node would get now,
 startup and run time by warmth with the time warm placement saved
-(`history.outcomes`), and the recent placements from the ledger.
+(`history.outcomes`), what warmth is worth to the pipeline and the weight its pull
+gets (`admin_worth`), and the recent placements from the ledger.
 It lives in `extender` because it asks the scoring strategy to explain itself;
 kssched/urls.py mounts it inside the admin (login and staff required).
 """
@@ -17,6 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from extender.admin_worth import worth_block
 from extender.scoring.rules import MAX_SCORE
 from extender.scoring.strategies import get_strategy
 from history import labels, outcomes, queries
@@ -264,6 +266,7 @@ def pipeline_view(request: HttpRequest) -> TemplateResponse:
                 "outcome_chart": outcome_chart(report["overall"]),
                 "saved": saved_headline(report),
                 "outcome_days": outcomes.WINDOW.days,
+                "worth": worth_block(value, keys, strategy.name),
                 "strategy": strategy.name,
                 "read_keys": read_keys,
                 "segments": queries.key_totals().filter(key__in=read_keys),

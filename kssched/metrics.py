@@ -11,7 +11,9 @@ for `runserver` and tests).
 
 The watcher's progress and the placement ledger are read from the database at
 scrape time (`HistoryCollector`), so they are right whichever process serves the
-scrape, and stay visible while the watcher is down.
+scrape, and stay visible while the watcher is down. So are the weight bands of what
+warmth is worth, from the serving process's own book (`history.worth_feed`), which
+it reads again at most every KSSCHED_WORTH_REFRESH_SECONDS.
 """
 
 from __future__ import annotations
@@ -237,8 +239,10 @@ def _error_reason(status: int, exception: BaseException | None) -> str:
 class HistoryCollector:
     """Watcher progress and placement ledger, read from the database per scrape.
 
-    Two small queries: the WatchState rows and one aggregate over Placement. If the
-    database does not answer, only `kssched_database_up 0` is exported.
+    Two small queries: the WatchState rows and one aggregate over Placement; and,
+    once KSSCHED_WORTH_REFRESH_SECONDS have passed, the book of what warmth is worth
+    reads the outcomes of the pods ended since it last did. If the database does not
+    answer, only `kssched_database_up 0` is exported.
     """
 
     def describe(self) -> list[Metric]:
@@ -275,6 +279,7 @@ class HistoryCollector:
         yield up
         yield from self._watch_metrics(streams)
         yield from self._ledger_metrics(ledger)
+        yield from self._worth_metrics()
 
     def _watch_metrics(self, streams: list[StreamHealth]) -> Iterator[Metric]:
         from history.watcher.health import seconds_since
@@ -339,6 +344,40 @@ class HistoryCollector:
         for value in _warmth_values():
             warmth.add_metric([value], ledger[value])
         yield from (recorded, active, warmth)
+
+    def _worth_metrics(self) -> Iterator[Metric]:
+        """How many pipelines the serving process's book of what warmth is worth
+        (`history.worth_feed`) has at each weight band, read again first once it is
+        time (never waiting for another thread's read); and whether `warm` applies
+        the weights. The bands are the learned ones even when it does not: what
+        KSSCHED_WORTH=auto would do."""
+        from history.worth import BANDS
+        from history.worth_feed import process_worth
+
+        feed = process_worth()
+        feed.refresh()
+        with feed.lock:
+            counts = feed.book.bands()
+        bands = GaugeMetricFamily(
+            "kssched_pipeline_worth_pipelines",
+            "Pipelines by the weight warm learned to scale their pull by: off (0), "
+            "weaker (below 1), default (1), stronger (above 1); this process's book.",
+            labels=["band"],
+        )
+        for band in BANDS:
+            bands.add_metric([band], counts.get(band, 0))
+        applied = GaugeMetricFamily(
+            "kssched_pipeline_worth_applied",
+            "1 when scoring applies the learned weights (KSSCHED_SCORING=warm and "
+            "KSSCHED_WORTH=auto), else 0: every pipeline gets weight 1.",
+        )
+        applied.add_metric(
+            [],
+            int(
+                settings.KSSCHED_SCORING == "warm" and settings.KSSCHED_WORTH == "auto"
+            ),
+        )
+        yield from (bands, applied)
 
 
 def _warmth_values() -> list[str]:

@@ -69,6 +69,24 @@ def place(uid, label, node, *, ago=None, finished=False, finished_ago=None):
         finish_placement(pod_uid=uid, finished_at=timezone.now() - finished_ago)
 
 
+def succeeded(uid, label, warmth, startup, run, *, node="n1"):
+    """A pod of `label` placed with `warmth` that ended now and Succeeded after
+    `startup` and `run` seconds, as the watcher records it: what the process's book
+    of what warmth is worth reads (`history.worth_feed`)."""
+    from history.ledger import finish_placement, record_outcome, record_placement
+
+    record_placement(
+        pod_uid=uid,
+        namespace="ci",
+        name=f"pod-{uid}",
+        label=label,
+        node=node,
+        warmth=warmth,
+    )
+    finish_placement(pod_uid=uid)
+    record_outcome(pod_uid=uid, startup=startup, run=run, outcome="Succeeded")
+
+
 def ran(label, node, *, now=None, times=1):
     """History as if `times` pods of `label` had run on `node` at `now`: every key a
     placement counts under (`labels.placement_keys`), without ledger rows."""

@@ -15,7 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from history.ledger import increment_key_nodes
 from history.models import Placement, WatchState
-from tests.helpers import free_port, load_fixture, run_gunicorn
+from history.worth import MIN_RUNS
+from history.worth_feed import process_worth
+from tests.helpers import free_port, load_fixture, run_gunicorn, succeeded
 
 PRIORITIZE = "/scheduler/priorities/pipeline"
 FILTER = "/scheduler/predicates/alwaystrue"
@@ -167,6 +169,38 @@ def test_watcher_and_ledger_state_are_read_from_the_database():
     assert value(samples, "kssched_placements_warmth_total", warmth="exact") == 2
     assert value(samples, "kssched_placements_warmth_total", warmth="partial") == 1
     assert value(samples, "kssched_placements_warmth_total", warmth="cold") == 1
+
+
+@pytest.mark.django_db
+def test_pipelines_are_counted_by_worth_band(settings, warm):
+    bands = ("off", "weaker", "default", "stronger")
+    samples = scrape()
+    # Always the four bands, no other series; no outcomes yet: none in any.
+    assert {
+        labels for name, labels in samples if name == "kssched_pipeline_worth_pipelines"
+    } == {(("band", band),) for band in bands}
+    assert value(samples, "kssched_pipeline_worth_applied") == 1
+    # Three pipelines that gain what a typical one does, one that gains nothing.
+    for n in range(3):
+        for i in range(MIN_RUNS):
+            succeeded(f"t{n}-e{i}", f"ci-java-t{n}", "exact", 10.0 + i % 3, 100.0)
+            succeeded(f"t{n}-c{i}", f"ci-java-t{n}", "cold", 70.0 + i % 3, 100.0)
+    for i in range(MIN_RUNS):
+        succeeded(f"flat-e{i}", "ci-java-flat", "exact", 10.0 + i % 4, 100.0)
+        succeeded(f"flat-c{i}", "ci-java-flat", "cold", 11.0 - i % 4, 100.0)
+    # The book reads the ledger again once KSSCHED_WORTH_REFRESH_SECONDS passed.
+    process_worth().next_refresh = 0.0
+    samples = scrape()
+    counts = {
+        band: value(samples, "kssched_pipeline_worth_pipelines", band=band)
+        for band in bands
+    }
+    assert counts == {"off": 1, "weaker": 0, "default": 3, "stronger": 0}
+    # Off: the learned bands still show (what auto would do), marked not applied.
+    settings.KSSCHED_WORTH = "off"
+    samples = scrape()
+    assert value(samples, "kssched_pipeline_worth_applied") == 0
+    assert value(samples, "kssched_pipeline_worth_pipelines", band="off") == 1
 
 
 @pytest.mark.django_db
