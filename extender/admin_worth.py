@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 
-from extender.scoring.rules import Policy, resolve_policy
+from extender.scoring.rules import Policy, resolve_policy, with_worth
 from history.models import KeyPolicy
 from history.outcomes import duration_text, number_text
 from history.reader import Policies
@@ -94,38 +94,42 @@ def saving(estimate: Estimate) -> dict[str, Any]:
 def weight_in_use(
     estimate: Estimate, policy: Policy, strategy: str
 ) -> tuple[float | None, str]:
-    """(the weight the pull is scaled by, why), mirroring `get_strategy` and
-    `rules.with_worth`; None when a key policy opts the label out."""
+    """(the weight the pull is scaled by, why): the number from `rules.with_worth`,
+    as `WarmStrategy` applies it; None when a key policy opts the label out."""
     learned = f"learned {estimate.weight:g}: {estimate.reason}"
     if strategy != "warm":
         return 1.0, (
             f"the {strategy} strategy does not weigh what warmth is worth, only "
             f"warm does: every pipeline gets weight 1; {learned}"
         )
-    if settings.KSSCHED_WORTH != "auto":
-        return 1.0, (
-            "KSSCHED_WORTH is off: every pipeline gets weight 1, today's pull; "
-            f"{learned}"
-        )
     source = policy.source
     if not policy.enabled:
         return None, (
             f"opted out by key policy {source}: no node preference at all; {learned}"
         )
+    auto = settings.KSSCHED_WORTH == "auto"
+    applied = with_worth(policy, estimate.weight if auto else 1.0, "")
+    weight = applied.pull if applied.pull > 1 else applied.weight
     if policy.worth == "fixed":
-        return policy.weight, (
+        return weight, (
             f"fixed by key policy {source}: weight {policy.weight:g}, the key's "
             f"weight alone; {learned} (not applied)"
         )
     if policy.worth == "off":
-        return 0.0, (
+        return weight, (
             f"off by key policy {source}: no warm pull, pins and bans still apply; "
             f"{learned} (not applied)"
+        )
+    if not auto:
+        return weight, (
+            "KSSCHED_WORTH is off: every pipeline gets weight 1, today's pull"
+            + (f", times key policy {source}'s weight" if policy.weight != 1 else "")
+            + f"; {learned} (not applied)"
         )
     why = estimate.reason
     if source is not None and policy.weight != 1:
         why += f"; times key policy {source}'s weight {policy.weight:g}"
-    return estimate.weight, why
+    return weight, why
 
 
 def worth_block(value: str, segments: Sequence[str], strategy: str) -> dict[str, Any]:

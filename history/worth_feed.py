@@ -6,7 +6,8 @@ the newest), then reads only the pods that ended since, at most every
 KSSCHED_WORTH_REFRESH_SECONDS. The web processes refresh after a reply is sent
 (`after_request`), never before one, once they have scored with the book (a
 filter call or an admin page reads nothing): until the first refresh, every
-pipeline gets weight 1, today's pull. The admin's pipeline page refreshes before it shows.
+pipeline gets weight 1, today's pull. The admin's pipeline page refreshes before
+it shows.
 
 A pod's outcome is written when the watcher sees it end, normally with its
 `finished_at`; pods whose outcome comes later than `OVERLAP` after their end are

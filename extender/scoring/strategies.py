@@ -182,6 +182,10 @@ class WarmStrategy:
         if self.worth is not None:
             estimate = self.worth.estimate(label or "")
             policy = with_worth(policy, estimate.weight, worth_why(estimate))
+        else:
+            # Nothing learned (KSSCHED_WORTH off): a key policy's worth "off" still
+            # takes the warm pull away.
+            policy = with_worth(policy, 1.0, "")
         return history, policy
 
     def inputs(
