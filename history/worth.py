@@ -28,7 +28,8 @@ pipeline happened to land partial rather than cold, and of the fleet's mix.
 prefix (`java-javamaven-*`, then `java-*`, then the fleet):
 `(n w + k p) / (n + k)`, `n` its comparisons (the fewer of exact and other runs),
 `k = PRIOR_RUNS`, `p` the parent's worth: the median worth of the pipelines under
-that prefix, itself shrunk toward its own parent by `PRIOR_PIPELINES`.
+that prefix, itself shrunk toward its own parent by `PRIOR_PIPELINES`; the fleet's
+toward 1, today's pull, so that a fleet with little evidence stays near it.
 
 **Weight** (`weight_for`), what `warm` scales the pull by: no outcomes at all
 keeps today's pull, 1; otherwise the credited worth rounded to the nearest `STEP`,
@@ -72,6 +73,8 @@ Z95 = 1.96
 # class at each refresh: a run difference counts only at about 99.9 %.
 Z_RUN = 3.29
 FLEET = ""
+# The worth of today's pull (weight 1): what the fleet's worth is shrunk toward.
+NEUTRAL = 1.0
 OTHERS = ("partial", "cold")
 
 _SLOTS = len(WARMTHS) * len(MEASURES)
@@ -315,7 +318,8 @@ class WorthBook:
     def _prior(self, label: str) -> float | None:
         """The parent prefix's worth: the median worth of the pipelines under each
         prefix, shrunk toward its own parent's, from the fleet down."""
-        prior: float | None = None
+        # Above the fleet, today's pull: a fleet with little evidence stays near it.
+        prior: float | None = NEUTRAL
         for pool in prefixes(label):
             if pool in self._priors:
                 prior = self._priors[pool]
