@@ -41,6 +41,7 @@ as the credited worth grows.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from array import array
@@ -217,12 +218,6 @@ def band(weight: float) -> str:
 BANDS = ("off", "weaker", "default", "stronger")
 
 
-def _pool_label(pool: str) -> str:
-    """A label under `pool` whose own prefixes end with it (`ci-java-*` ->
-    `ci-java-x`), for working out that prefix's worth."""
-    return pool[:-1] + "x" if pool else "x"
-
-
 def prefixes(label: str) -> list[str]:
     """The label's prefix pools, general to specific, after the fleet's."""
     return [FLEET, *path_keys(label)[:-1]]
@@ -241,7 +236,8 @@ class WorthBook:
         self._savings: dict[str, dict[str, tuple[float, int]]] = {}
         self._compared: dict[str, int] = {}
         self._units: dict[str, float] | None = None
-        self._priors: dict[str, float | None] = {}
+        # prefix -> the worths of the pipelines under it that have one, sorted.
+        self._worths: dict[str, list[float]] = {}
         self._estimates: dict[str, Estimate] = {}
 
     def add(self, label: str, warmth: str, startup: float, run: float) -> None:
@@ -261,7 +257,7 @@ class WorthBook:
         self._savings.pop(label, None)
         self._compared.pop(label, None)
         self._units = None
-        self._priors.clear()
+        self._worths.clear()
         self._estimates.clear()
 
     def add_all(self, rows: Iterable[tuple[str, str, float, float]]) -> None:
@@ -315,23 +311,28 @@ class WorthBook:
             compared = self._compared[label] = _comparisons(self.pipelines[label])
         return total / weights, compared
 
-    def _prior(self, label: str) -> float | None:
-        """The parent prefix's worth: the median worth of the pipelines under each
-        prefix, shrunk toward its own parent's, from the fleet down."""
-        # Above the fleet, today's pull: a fleet with little evidence stays near it.
-        prior: float | None = NEUTRAL
-        for pool in prefixes(label):
-            if pool in self._priors:
-                prior = self._priors[pool]
-                continue
-            worths = [
+    def _pool_worths(self, pool: str) -> list[float]:
+        """The worths of the pipelines under `pool` that have one, sorted."""
+        found = self._worths.get(pool)
+        if found is None:
+            found = self._worths[pool] = sorted(
                 worth
                 for child in self.children.get(pool, ())
                 if (worth := self.worth(child)[0]) is not None
-            ]
-            median = statistics.median(worths) if worths else None
-            prior = shrink(median, len(worths), prior, PRIOR_PIPELINES)
-            self._priors[pool] = prior
+            )
+        return found
+
+    def _prior(self, label: str) -> float | None:
+        """What the pipeline's siblings say: under each prefix, from the fleet
+        down, the median worth of the other pipelines (leaving this one out, so
+        that its own runs are not counted again), shrunk toward the parent's."""
+        own = self.worth(label)[0] if label in self.pipelines else None
+        # Above the fleet, today's pull: a fleet with little evidence stays near it.
+        prior: float | None = NEUTRAL
+        for pool in prefixes(label):
+            others = self._pool_worths(pool)
+            median, count = median_without(others, own)
+            prior = shrink(median, count, prior, PRIOR_PIPELINES)
         return prior
 
     def estimate(self, label: str) -> Estimate:
@@ -401,8 +402,7 @@ class WorthBook:
         pipeline's own figures, worked out on first use and kept."""
         self.units()
         for pool in self.children:
-            if pool not in self._priors:
-                self._prior(_pool_label(pool))
+            self._pool_worths(pool)
 
     def bands(self) -> dict[str, int]:
         """How many remembered pipelines are at each weight band."""
@@ -410,6 +410,25 @@ class WorthBook:
         for label in self.pipelines:
             counts[band(self.estimate(label).weight)] += 1
         return counts
+
+
+def median_without(
+    ordered: list[float], value: float | None
+) -> tuple[float | None, int]:
+    """The median of sorted `ordered` with one occurrence of `value` left out (all
+    of it when `value` is None or absent), and how many values that is."""
+    index = bisect.bisect_left(ordered, value) if value is not None else len(ordered)
+    if index >= len(ordered) or ordered[index] != value:
+        count = len(ordered)
+        return (statistics.median(ordered) if ordered else None), count
+    count = len(ordered) - 1
+    if not count:
+        return None, 0
+
+    def at(position: int) -> float:
+        return ordered[position if position < index else position + 1]
+
+    return (at((count - 1) // 2) + at(count // 2)) / 2, count
 
 
 def shrink(

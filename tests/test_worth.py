@@ -200,3 +200,25 @@ def test_asking_about_unknown_labels_keeps_nothing():
     for n in range(1000):
         assert book.estimate(f"ci-unknown-p{n}").weight == 1.0
     assert len(book._estimates) == 2
+
+
+def test_median_without_leaves_one_value_out():
+    from history.worth import median_without
+
+    assert median_without([1.0, 2.0, 3.0, 10.0], 10.0) == (2.0, 3)
+    assert median_without([1.0, 2.0, 3.0, 10.0], 1.0) == (3.0, 3)
+    assert median_without([1.0, 2.0, 3.0], None) == (2.0, 3)
+    assert median_without([5.0], 5.0) == (None, 0)
+    assert median_without([], None) == (None, 0)
+
+
+def test_a_lone_pipeline_does_not_count_its_own_runs_twice():
+    book = WorthBook()
+    # One pipeline, one comparison, saving nothing: its prefixes and the fleet have
+    # no other pipeline, so it is shrunk toward today's pull, not toward itself.
+    book.add("jenkins-java-maven-api", "exact", 1.0, 10.0)
+    book.add("jenkins-java-maven-api", "cold", 1.0, 10.0)
+    estimate = book.estimate("jenkins-java-maven-api")
+    assert estimate.own == 0.0 and estimate.prior == 1.0
+    assert estimate.credited == pytest.approx(0.75)
+    assert estimate.weight == 1.0

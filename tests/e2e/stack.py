@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -135,9 +136,14 @@ def run_pod(
     node: str | None = None,
     scheduler: str = "ks-scheduler",
     finish: bool = True,
+    startup: Callable[[str], float] | None = None,
 ) -> tuple[str, str]:
     """A pipeline pod from creation to its end: bound by the scheduler (or to
-    `node` directly), then Running, then Succeeded. Returns (uid, node)."""
+    `node` directly), then Running, then Succeeded. Returns (uid, node).
+
+    `startup(node)` gives the seconds its container takes to start on the node
+    it was bound to (image pulls, workspace restores): the status says it started
+    that long after now (default: at once)."""
     pod = plane.create_pod(namespace, name, label=label, scheduler=scheduler)
     if node is not None:
         plane.ok(
@@ -151,14 +157,15 @@ def run_pod(
             },
         )
     bound = plane.wait_bound(namespace, name)
-    started = _stamp()
+    late = startup(bound) if startup is not None else 0.0
+    started = _stamp(late)
     plane.set_phase(namespace, name, "Running", started=started)
     if finish:
         plane.set_phase(
-            namespace, name, "Succeeded", started=started, finished=_stamp()
+            namespace, name, "Succeeded", started=started, finished=_stamp(late)
         )
     return pod["metadata"]["uid"], bound
 
 
-def _stamp() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def _stamp(later: float = 0.0) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + later))

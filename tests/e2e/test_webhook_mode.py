@@ -46,11 +46,18 @@ def webhook(control_plane, make_nodes, namespace, tmp_path):
         stack.watcher(plane, tmp_path, KSSCHED_WATCH_ANY_SCHEDULER="true"),
     ):
         # Seed history before any scheduler runs: LABEL ran 5 times on nodes[1]
-        # and once on nodes[2].
+        # and once on nodes[2]; warm on nodes[1], it starts in 2 s instead of 60
+        # (so what warmth is worth to it is learned as a typical pipeline's).
         uids = set()
         for i, node in enumerate([nodes[1]] * 5 + [nodes[2]]):
             uid, _ = stack.run_pod(
-                plane, namespace, f"seed-{i}", label=LABEL, node=node, scheduler=DEFAULT
+                plane,
+                namespace,
+                f"seed-{i}",
+                label=LABEL,
+                node=node,
+                scheduler=DEFAULT,
+                startup=warm_on(nodes[1], i),
             )
             uids.add(uid)
         assert stack.wait_finished(uids)
@@ -63,6 +70,11 @@ def webhook(control_plane, make_nodes, namespace, tmp_path):
                 "/apis/admissionregistration.k8s.io/v1/"
                 "mutatingwebhookconfigurations/ks-scheduler",
             )
+
+
+def warm_on(node: str, runs_before: int = 1):
+    """Startup seconds by node: 2 on `node` once LABEL ran there, else 60."""
+    return lambda bound: 2.0 if bound == node and runs_before else 60.0
 
 
 def _default_scheduler(plane):
@@ -84,7 +96,12 @@ def test_patches_are_accepted_and_a_pipeline_run_back_to_back_stays_warm(
         weights, placed = [], []
         for run in range(5):
             uid, node = stack.run_pod(
-                plane, namespace, f"run-{run}", label=LABEL, scheduler=DEFAULT
+                plane,
+                namespace,
+                f"run-{run}",
+                label=LABEL,
+                scheduler=DEFAULT,
+                startup=warm_on(nodes[1]),
             )
             weights.append(_affinity(plane.pod(namespace, f"run-{run}")))
             placed.append(node)
