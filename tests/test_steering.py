@@ -196,9 +196,10 @@ def test_the_pool_sets_the_mean_of_the_load_rule():
     history = memory_cluster()
     for _ in range(3):
         history.place(label="go", node="n1", now=50.0)
-    alone = {t.node: t.score for t in plan(history).terms}
+    # Every warm score gets a term here: the rule under test is the mean alone.
+    alone = {t.node: t.score for t in plan(history, min_score=2).terms}
     pool = [f"idle{i}" for i in range(7)]
-    pooled = {t.node: t.score for t in plan(history, pool=pool).terms}
+    pooled = {t.node: t.score for t in plan(history, pool=pool, min_score=2).terms}
     assert alone["n1"] > pooled.get("n1", 1)
     assert all(node not in pooled for node in pool), "cold nodes get no term"
 
@@ -226,3 +227,30 @@ def test_webhook_pool_is_read_once_a_minute():
     place("u2", "ci-app", "n2")
     assert pool.at(now=now + 30, days=7) == ("n1",)
     assert pool.at(now=now + 61, days=7) == ("n1", "n2")
+
+
+def test_a_lukewarm_node_gets_no_term():
+    """NodeAffinity gives the heaviest named candidate the full 200 points: a node
+    scoring below MIN_TERM_SCORE (here a warm one the load rule takes down) would
+    pull as hard as a hot one, so it is not named."""
+    history = memory_cluster()
+    for _ in range(3):
+        history.place(label="go", node="n1", now=50.0)
+    low = {t.node: t.score for t in plan(history, pool=["idle"], min_score=2).terms}
+    assert low == {"n2": 9, "n3": 4, "n1": 2}
+    assert steering.MIN_TERM_SCORE == 4
+    default = plan(history, pool=["idle"])
+    assert {t.node: t.weight for t in default.terms} == {"n2": 89, "n3": 33}
+    assert default.dropped == []
+    # Alone it is not named either: the pod is left to the resource scores, where
+    # its weight of 22 (score 3) would have earned it the full 200 points.
+    lone = MemoryHistory(half_life=HOUR)
+    for _ in range(3):
+        lone.place(label="ci-app", node="n1", now=0.0)
+        lone.finish(label="ci-app", node="n1")
+        lone.place(label="go", node="n1", now=50.0)
+    pool = ["idle1", "idle2"]
+    assert [(t.node, t.weight) for t in plan(lone, pool=pool, min_score=2).terms] == [
+        ("n1", 22)
+    ]
+    assert plan(lone, pool=pool).terms == []

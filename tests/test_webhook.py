@@ -365,7 +365,7 @@ def test_explain_in_webhook_mode_says_why_a_pod_gets_nothing(client, history):
     assert body["patched"] is False and body["terms"] == [] and body["nodes"] == []
     assert "the extender scores it" in body["reason"]
     body = orjson.loads(post(client, {"Pod": new_pod("zz-top")}, EXPLAIN_URL).content)
-    assert body["reason"] == "no node with history scores above 1"
+    assert body["reason"] == "no node with history scores 4 or more"
 
 
 def test_explain_refuses_an_unknown_mode(client):

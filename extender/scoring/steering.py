@@ -44,6 +44,14 @@ from history.reader import HistoryReader, LabelHistory, history_reader
 
 MIN_WEIGHT = 1
 MAX_WEIGHT = 100
+# The lowest score that gets a term. NodeAffinity normalises by the heaviest term
+# among the candidates, so whichever named node is warmest there gets the full
+# 2 x 100 points, however lukewarm: a node scoring 2 pulls as hard as one scoring
+# 10. Prioritize (deploy/'s weight 5) puts a node scoring s ahead of a cold one by
+# (s - 1) x 50 points, so 200 points are earned from a score of about 4 up. A node
+# below that (barely warm, or warm but taken down by the load rule) gets no term and
+# is left to kube-scheduler's resource scores like a cold one.
+MIN_TERM_SCORE = 4
 # Labels remembered at once; beyond this the labels with nothing recent are dropped.
 MAX_LABELS = 4096
 # Steered pods remembered per label (a fan-out wider than this is rare).
@@ -245,6 +253,7 @@ def plan_terms(
     make_strategy: Callable[[HistoryReader], Strategy] | None = None,
     pool: Iterable[str] = (),
     bound_since: Callable[[str, float], Sequence[float]] | None = None,
+    min_score: int = MIN_TERM_SCORE,
 ) -> Plan:
     """The preferred terms for a pod with pipeline `label`, read from the history.
 
@@ -256,8 +265,9 @@ def plan_terms(
     history for one label are busier than the pool. `bound_since(label, since)`
     gives when the label's pods were bound from `since` on (default: the ledger,
     `history.queries.bound_times`), which retires the steered pods they were.
-    Nodes scoring 1 or less get no term; the `max_nodes` best do, heaviest
-    first, equal weights broken by fewer running pipeline pods, then by name.
+    Nodes scoring below `min_score` (default MIN_TERM_SCORE) get no term; the
+    `max_nodes` best of the rest do, heaviest first, equal weights broken by fewer
+    running pipeline pods, then by name.
     Raises DatabaseError when the history cannot be read.
     """
     if not split_pipeline_label(label):
@@ -286,13 +296,11 @@ def plan_terms(
         return (-score, busy.get(node, 0) + steered.get(node, 0), node)
 
     # Only nodes with history (or a pin) score above 1: the pool's cold nodes are
-    # scored for the mean alone.
+    # scored for the mean alone. Of the warm ones, those below `min_score` would
+    # pull as hard as the warmest (see MIN_TERM_SCORE): they go without a term.
+    threshold = max(min_score, NO_HISTORY_SCORE + 1)
     warm = sorted(
-        (
-            pair
-            for pair in zip(nodes, scores, strict=True)
-            if pair[1] > NO_HISTORY_SCORE
-        ),
+        (pair for pair in zip(nodes, scores, strict=True) if pair[1] >= threshold),
         key=order,
     )
     limit = max(0, max_nodes)
