@@ -2,6 +2,7 @@
 
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -131,6 +132,27 @@ def test_steered_pods_are_added_to_the_active_ones():
     assert history.active == {"n1": 3, "n2": 1}
 
 
+def test_steered_pods_count_for_the_load_rule():
+    """A steered pod is a pipeline pod its node will run: the load rule counts it as
+    the anti-hotspot rule does. Else every pod of a burst for a label with one warm
+    node goes there (the anti-hotspot penalty stops at the node's band)."""
+    history = replace(empty_history(["a"]), busy={"n1": 2, "n3": 1})
+    assert with_steered(history, {"n1": 1, "n2": 2}).busy == {"n1": 3, "n2": 2, "n3": 1}
+    lone = MemoryHistory(half_life=HOUR)
+    for _ in range(3):
+        lone.place(label="ci-app", node="n1", now=0.0)
+        lone.finish(label="ci-app", node="n1")
+    memory = SteeringMemory()
+    targets = []
+    for _ in range(4):
+        burst = plan(lone, memory, pool=["idle1", "idle2", "idle3"])
+        remember_plan(burst, memory=memory, now=60.0, window=120.0)
+        targets.append(burst.target)
+    # n1 sits at the low end of its band from the first pod on; the load rule lets
+    # it take one pod more, then leaves the burst to the resource scores.
+    assert targets == ["n1", "n1", None, None]
+
+
 def memory_cluster():
     history = MemoryHistory(half_life=HOUR)
     for node, keys, times in [
@@ -187,7 +209,9 @@ def test_a_remembered_pod_steers_the_next_one_elsewhere():
     second = plan(history, memory)
     assert (first.target, second.target) == ("n1", "n2")
     assert second.steered == {"n1": 1}
-    assert {t.node: t.weight for t in second.terms} == {"n2": 89, "n1": 67, "n3": 33}
+    # n1: 9, less 2 for the steered pod of the label, less 2 for the load rule (the
+    # steered pod is one of its pipeline pods, above the mean of three nodes).
+    assert {t.node: t.weight for t in second.terms} == {"n2": 89, "n1": 44, "n3": 33}
 
 
 def test_the_pool_sets_the_mean_of_the_load_rule():

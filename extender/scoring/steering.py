@@ -11,7 +11,12 @@ history shows none of them running. `SteeringMemory` remembers, per label and no
 the pods steered and not bound yet, and the scores count them as active pods of the
 label (`with_steered`), as the anti-hotspot rule counts running ones: the next pod
 of the burst finds the node just steered to penalised and is steered to the next
-equally warm node.
+equally warm node. They count as the node's pipeline pods for the load rule too:
+the anti-hotspot penalty stops at the low end of the node's band, so without them
+every pod of a burst for a label with one warm node was steered to it (the node's
+load unchanged until kube-scheduler bound them all), where prioritize, scoring pod
+after pod, sees each bound one and turns the next away once the node runs more
+than its share.
 
 A steered pod counts only until it is bound. Once the watcher has recorded it, the
 ledger counts it as running, and stops the moment it finishes; each pod of the
@@ -167,13 +172,16 @@ def process_memory() -> SteeringMemory:
 
 
 def with_steered(history: LabelHistory, steered: Mapping[str, int]) -> LabelHistory:
-    """`history` with the steered pods added to the label's active pods."""
+    """`history` with the steered pods added to the label's active pods and to
+    their nodes' pipeline pods (the load rule's `busy`)."""
     if not steered:
         return history
     active = dict(history.active)
+    busy = dict(history.busy)
     for node, pods in steered.items():
         active[node] = active.get(node, 0) + pods
-    return replace(history, active=active)
+        busy[node] = busy.get(node, 0) + pods
+    return replace(history, active=active, busy=busy)
 
 
 class FixedReader:
@@ -258,7 +266,8 @@ def plan_terms(
     """The preferred terms for a pod with pipeline `label`, read from the history.
 
     Scores every node with history for the label (read once, steered pods added to
-    the active ones) with the configured strategy, or `make_strategy(reader)`.
+    the active ones and to their nodes' pipeline pods) with the configured
+    strategy, or `make_strategy(reader)`.
     The nodes of `pool` (the nodes pipeline pods run on) are scored with them: the
     load rule compares a node with the mean of the nodes scored, as prioritize
     compares it with the mean of kube-scheduler's candidates, and the nodes with
@@ -293,7 +302,7 @@ def plan_terms(
 
     def order(pair: tuple[str, int]) -> tuple[int, int, str]:
         node, score = pair
-        return (-score, busy.get(node, 0) + steered.get(node, 0), node)
+        return (-score, busy.get(node, 0), node)  # steered pods included
 
     # Only nodes with history (or a pin) score above 1: the pool's cold nodes are
     # scored for the mean alone. Of the warm ones, those below `min_score` would
