@@ -40,6 +40,7 @@ from extender.admission import (
 from extender.parsers import ORJSONParser, read_unsized_body
 from extender.renderers import ExtenderContentNegotiation, ORJSONRenderer
 from extender.scoring.steering import (
+    MIN_TERM_SCORE,
     Plan,
     SteeringMemory,
     plan_terms,
@@ -265,14 +266,17 @@ def explain_webhook(
                 f"none: beyond the {settings.KSSCHED_WEBHOOK_MAX_NODES} warmest nodes"
             )
         else:
-            row["term"] = f"none: score {row['score']} (only scores above 1 get one)"
+            row["term"] = (
+                f"none: score {row['score']} (only scores of {MIN_TERM_SCORE} "
+                "or more get one)"
+            )
     body["nodes"] = rows
     body["pool"] = len(plan.nodes)
     body["terms"] = patch_terms(plan)
     body["patch"] = patch_for(pod, plan)
     body["patched"] = bool(body["patch"])
     if not body["terms"]:
-        body["reason"] = "no node with history scores above 1"
+        body["reason"] = f"no node with history scores {MIN_TERM_SCORE} or more"
     return body
 
 

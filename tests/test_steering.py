@@ -2,6 +2,7 @@
 
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -131,6 +132,27 @@ def test_steered_pods_are_added_to_the_active_ones():
     assert history.active == {"n1": 3, "n2": 1}
 
 
+def test_steered_pods_count_for_the_load_rule():
+    """A steered pod is a pipeline pod its node will run: the load rule counts it as
+    the anti-hotspot rule does. Else every pod of a burst for a label with one warm
+    node goes there (the anti-hotspot penalty stops at the node's band)."""
+    history = replace(empty_history(["a"]), busy={"n1": 2, "n3": 1})
+    assert with_steered(history, {"n1": 1, "n2": 2}).busy == {"n1": 3, "n2": 2, "n3": 1}
+    lone = MemoryHistory(half_life=HOUR)
+    for _ in range(3):
+        lone.place(label="ci-app", node="n1", now=0.0)
+        lone.finish(label="ci-app", node="n1")
+    memory = SteeringMemory()
+    targets = []
+    for _ in range(4):
+        burst = plan(lone, memory, pool=["idle1", "idle2", "idle3"])
+        remember_plan(burst, memory=memory, now=60.0, window=120.0)
+        targets.append(burst.target)
+    # n1 sits at the low end of its band from the first pod on; the load rule lets
+    # it take one pod more, then leaves the burst to the resource scores.
+    assert targets == ["n1", "n1", None, None]
+
+
 def memory_cluster():
     history = MemoryHistory(half_life=HOUR)
     for node, keys, times in [
@@ -187,7 +209,9 @@ def test_a_remembered_pod_steers_the_next_one_elsewhere():
     second = plan(history, memory)
     assert (first.target, second.target) == ("n1", "n2")
     assert second.steered == {"n1": 1}
-    assert {t.node: t.weight for t in second.terms} == {"n2": 89, "n1": 67, "n3": 33}
+    # n1: 9, less 2 for the steered pod of the label, less 2 for the load rule (the
+    # steered pod is one of its pipeline pods, above the mean of three nodes).
+    assert {t.node: t.weight for t in second.terms} == {"n2": 89, "n1": 44, "n3": 33}
 
 
 def test_the_pool_sets_the_mean_of_the_load_rule():
@@ -196,9 +220,10 @@ def test_the_pool_sets_the_mean_of_the_load_rule():
     history = memory_cluster()
     for _ in range(3):
         history.place(label="go", node="n1", now=50.0)
-    alone = {t.node: t.score for t in plan(history).terms}
+    # Every warm score gets a term here: the rule under test is the mean alone.
+    alone = {t.node: t.score for t in plan(history, min_score=2).terms}
     pool = [f"idle{i}" for i in range(7)]
-    pooled = {t.node: t.score for t in plan(history, pool=pool).terms}
+    pooled = {t.node: t.score for t in plan(history, pool=pool, min_score=2).terms}
     assert alone["n1"] > pooled.get("n1", 1)
     assert all(node not in pooled for node in pool), "cold nodes get no term"
 
@@ -226,3 +251,30 @@ def test_webhook_pool_is_read_once_a_minute():
     place("u2", "ci-app", "n2")
     assert pool.at(now=now + 30, days=7) == ("n1",)
     assert pool.at(now=now + 61, days=7) == ("n1", "n2")
+
+
+def test_a_lukewarm_node_gets_no_term():
+    """NodeAffinity gives the heaviest named candidate the full 200 points: a node
+    scoring below MIN_TERM_SCORE (here a warm one the load rule takes down) would
+    pull as hard as a hot one, so it is not named."""
+    history = memory_cluster()
+    for _ in range(3):
+        history.place(label="go", node="n1", now=50.0)
+    low = {t.node: t.score for t in plan(history, pool=["idle"], min_score=2).terms}
+    assert low == {"n2": 9, "n3": 4, "n1": 2}
+    assert steering.MIN_TERM_SCORE == 4
+    default = plan(history, pool=["idle"])
+    assert {t.node: t.weight for t in default.terms} == {"n2": 89, "n3": 33}
+    assert default.dropped == []
+    # Alone it is not named either: the pod is left to the resource scores, where
+    # its weight of 22 (score 3) would have earned it the full 200 points.
+    lone = MemoryHistory(half_life=HOUR)
+    for _ in range(3):
+        lone.place(label="ci-app", node="n1", now=0.0)
+        lone.finish(label="ci-app", node="n1")
+        lone.place(label="go", node="n1", now=50.0)
+    pool = ["idle1", "idle2"]
+    assert [(t.node, t.weight) for t in plan(lone, pool=pool, min_score=2).terms] == [
+        ("n1", 22)
+    ]
+    assert plan(lone, pool=pool).terms == []

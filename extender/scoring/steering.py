@@ -11,7 +11,12 @@ history shows none of them running. `SteeringMemory` remembers, per label and no
 the pods steered and not bound yet, and the scores count them as active pods of the
 label (`with_steered`), as the anti-hotspot rule counts running ones: the next pod
 of the burst finds the node just steered to penalised and is steered to the next
-equally warm node.
+equally warm node. They count as the node's pipeline pods for the load rule too:
+the anti-hotspot penalty stops at the low end of the node's band, so without them
+every pod of a burst for a label with one warm node was steered to it (the node's
+load unchanged until kube-scheduler bound them all), where prioritize, scoring pod
+after pod, sees each bound one and turns the next away once the node runs more
+than its share.
 
 A steered pod counts only until it is bound. Once the watcher has recorded it, the
 ledger counts it as running, and stops the moment it finishes; each pod of the
@@ -44,6 +49,14 @@ from history.reader import HistoryReader, LabelHistory, history_reader
 
 MIN_WEIGHT = 1
 MAX_WEIGHT = 100
+# The lowest score that gets a term. NodeAffinity normalises by the heaviest term
+# among the candidates, so whichever named node is warmest there gets the full
+# 2 x 100 points, however lukewarm: a node scoring 2 pulls as hard as one scoring
+# 10. Prioritize (deploy/'s weight 5) puts a node scoring s ahead of a cold one by
+# (s - 1) x 50 points, so 200 points are earned from a score of about 4 up. A node
+# below that (barely warm, or warm but taken down by the load rule) gets no term and
+# is left to kube-scheduler's resource scores like a cold one.
+MIN_TERM_SCORE = 4
 # Labels remembered at once; beyond this the labels with nothing recent are dropped.
 MAX_LABELS = 4096
 # Steered pods remembered per label (a fan-out wider than this is rare).
@@ -159,13 +172,16 @@ def process_memory() -> SteeringMemory:
 
 
 def with_steered(history: LabelHistory, steered: Mapping[str, int]) -> LabelHistory:
-    """`history` with the steered pods added to the label's active pods."""
+    """`history` with the steered pods added to the label's active pods and to
+    their nodes' pipeline pods (the load rule's `busy`)."""
     if not steered:
         return history
     active = dict(history.active)
+    busy = dict(history.busy)
     for node, pods in steered.items():
         active[node] = active.get(node, 0) + pods
-    return replace(history, active=active)
+        busy[node] = busy.get(node, 0) + pods
+    return replace(history, active=active, busy=busy)
 
 
 class FixedReader:
@@ -245,19 +261,22 @@ def plan_terms(
     make_strategy: Callable[[HistoryReader], Strategy] | None = None,
     pool: Iterable[str] = (),
     bound_since: Callable[[str, float], Sequence[float]] | None = None,
+    min_score: int = MIN_TERM_SCORE,
 ) -> Plan:
     """The preferred terms for a pod with pipeline `label`, read from the history.
 
     Scores every node with history for the label (read once, steered pods added to
-    the active ones) with the configured strategy, or `make_strategy(reader)`.
+    the active ones and to their nodes' pipeline pods) with the configured
+    strategy, or `make_strategy(reader)`.
     The nodes of `pool` (the nodes pipeline pods run on) are scored with them: the
     load rule compares a node with the mean of the nodes scored, as prioritize
     compares it with the mean of kube-scheduler's candidates, and the nodes with
     history for one label are busier than the pool. `bound_since(label, since)`
     gives when the label's pods were bound from `since` on (default: the ledger,
     `history.queries.bound_times`), which retires the steered pods they were.
-    Nodes scoring 1 or less get no term; the `max_nodes` best do, heaviest
-    first, equal weights broken by fewer running pipeline pods, then by name.
+    Nodes scoring below `min_score` (default MIN_TERM_SCORE) get no term; the
+    `max_nodes` best of the rest do, heaviest first, equal weights broken by fewer
+    running pipeline pods, then by name.
     Raises DatabaseError when the history cannot be read.
     """
     if not split_pipeline_label(label):
@@ -283,16 +302,14 @@ def plan_terms(
 
     def order(pair: tuple[str, int]) -> tuple[int, int, str]:
         node, score = pair
-        return (-score, busy.get(node, 0) + steered.get(node, 0), node)
+        return (-score, busy.get(node, 0), node)  # steered pods included
 
     # Only nodes with history (or a pin) score above 1: the pool's cold nodes are
-    # scored for the mean alone.
+    # scored for the mean alone. Of the warm ones, those below `min_score` would
+    # pull as hard as the warmest (see MIN_TERM_SCORE): they go without a term.
+    threshold = max(min_score, NO_HISTORY_SCORE + 1)
     warm = sorted(
-        (
-            pair
-            for pair in zip(nodes, scores, strict=True)
-            if pair[1] > NO_HISTORY_SCORE
-        ),
+        (pair for pair in zip(nodes, scores, strict=True) if pair[1] >= threshold),
         key=order,
     )
     limit = max(0, max_nodes)
