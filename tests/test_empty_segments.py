@@ -73,7 +73,8 @@ def test_the_other_label_is_only_a_shared_prefix(history, label, own, other):
     assert scores[own] > scores[other] == scores["sibling"] > scores["fresh"]
     pod = new_pod(label=label)
     weights = preferred_nodes(patched(pod, answer(APIClient(), review(pod))))
-    assert weights[own] > weights[other] == weights["sibling"]
+    # A shared prefix alone may score below steering.MIN_TERM_SCORE: no term (0).
+    assert weights[own] > weights.get(other, 0) == weights.get("sibling", 0)
 
 
 def old_path_keys(label):
