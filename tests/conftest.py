@@ -42,6 +42,26 @@ def pytest_runtest_makereport(item, call):
         )
 
 
+@pytest.fixture(autouse=True)
+def _settings_restored():
+    """No settings override outlives its test: one that does changes every test
+    after it, wherever they are."""
+    from django.conf import settings
+    from django.test.utils import UserSettingsHolder
+
+    yield
+    if isinstance(settings._wrapped, UserSettingsHolder):
+        leaked = {
+            name: getattr(settings, name)
+            for name in settings._wrapped.__dict__
+            if name.isupper()
+        }
+        settings._wrapped = settings._wrapped.default_settings
+        while isinstance(settings._wrapped, UserSettingsHolder):
+            settings._wrapped = settings._wrapped.default_settings
+        pytest.fail(f"a settings override outlived the test: {leaked}")
+
+
 @pytest.fixture
 def admin_client(client):
     """A client logged in as the superuser `admin` (the login form itself is tested
@@ -54,18 +74,22 @@ def admin_client(client):
 
 
 @pytest.fixture
-def warm():
+def warm(settings):
     """The `warm` strategy, an empty webhook steering memory and no cached pipeline
-    pool (both live per process)."""
-    from django.test import override_settings
+    pool (both live per process).
 
+    Set through pytest-django's `settings`, as a test's own changes are: every
+    override then ends in the order it began. A `with override_settings(...)` here
+    ended before a test's later `settings.X = ...`, whose end then put this one
+    back for the rest of the run (a leaked `warm` failed a browser test far away).
+    """
     from extender.scoring.steering import process_memory
     from history.reader.pool import database_pool
 
     process_memory().clear()
     database_pool.clear()
-    with override_settings(KSSCHED_SCORING="warm"):
-        yield
+    settings.KSSCHED_SCORING = "warm"
+    yield
     process_memory().clear()
     database_pool.clear()
 
