@@ -17,7 +17,7 @@ from django.db import OperationalError, connection
 
 from history import corrections
 from history.models import CountAdjustment, KeyNode, Placement, WatchState
-from history.watcher import kube, metrics
+from history.watcher import kube, loop, metrics
 from history.watcher.heartbeat import heartbeat_age
 from tests.fakeapi import (
     ClusterWatch,
@@ -137,12 +137,15 @@ def test_label_edited_after_binding_changes_nothing(api, server):
 
 
 def test_unreadable_and_unknown_events_are_logged_and_skipped(api, server, caplog):
-    """Invalid JSON, an unknown type, an object without metadata, a blank line."""
+    """Invalid JSON, JSON that is not an event (a list, an event without an object),
+    an unknown type, an object without metadata, a blank line."""
     server.script(
         ListAction([], "1"),
         RawAction(
             [
                 b"{this is not json\n",
+                b"[1, 2]\n",
+                b'{"type": "ADDED"}\n',
                 encode_event({"type": "FOO", "object": {"kind": "Pod"}}),
                 encode_event(event("ADDED", {"kind": "Pod"})),
                 b"\n",
@@ -469,3 +472,31 @@ def test_heartbeat_moves_on_events_and_backoff(api, server, tmp_path):
     run_until(stream, lambda: time.time() - started > 0.6)
     age = heartbeat_age(tmp_path / "hb")
     assert age is not None and age < 1.5
+
+
+def _spaced(events, gap):
+    for item in events:
+        time.sleep(gap)
+        yield item
+
+
+def test_events_arriving_within_the_linger_are_written_together():
+    """A real API server sends a pod's events one at a time, a few ms apart: those
+    that arrive within the linger share one batch (one transaction); without a
+    linger each is a batch of its own; the end of the stream does not wait."""
+    events = [{"n": n} for n in range(3)]
+    started = time.monotonic()
+    batches = list(
+        loop.received_together(_spaced(events, 0.1), lambda: 200, lambda: None, 2.0)
+    )
+    assert batches == [events]
+    assert time.monotonic() - started < 1.5
+    batches = list(
+        loop.received_together(_spaced(events, 0.1), lambda: 200, lambda: None, 0.0)
+    )
+    assert batches == [[e] for e in events]
+    # A batch never takes more than it may.
+    batches = list(
+        loop.received_together(_spaced(events, 0.0), lambda: 2, lambda: None, 2.0)
+    )
+    assert batches == [events[:2], events[2:]]

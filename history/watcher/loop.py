@@ -65,6 +65,10 @@ WATCH_BATCH = 200
 # Watch events read ahead of the writes, at most (the reader thread then waits).
 READ_AHEAD = 1000
 QUEUE_POLL_SECONDS = 0.5
+# After the first event of a batch, how long the writer waits for more before it
+# writes: on a real API server a pod's events come one at a time, a few ms apart,
+# and a transaction each is most of what the watcher costs (see docs/design.md).
+LINGER_SECONDS = 0.05
 _EVENT, _FAILED, _END = "event", "failed", "end"
 SHORT_WATCH_SECONDS = 1.0
 # The longest the checkpoint lags behind events that had nothing to write.
@@ -95,10 +99,15 @@ class _Received:
 
 
 def received_together(
-    stream: Iterable[Any], size: Callable[[], int], stop: Callable[[], None]
+    stream: Iterable[Any],
+    size: Callable[[], int],
+    stop: Callable[[], None],
+    linger: float = LINGER_SECONDS,
 ) -> Iterator[list[Any]]:
-    """The stream's events, each time as many as have already arrived (at most
-    `size()`): the first is waited for, the rest are taken only if they are there.
+    """The stream's events, each time as many as arrive within `linger` seconds
+    of the first (at most `size()`): the first is waited for, then the batch takes
+    what comes in the next `linger` seconds; the end of the stream or an error ends
+    it at once.
 
     A thread of its own reads the stream into a bounded queue; an error of the
     stream is raised here, after the events before it. Leaving early (shutdown,
@@ -135,12 +144,15 @@ def received_together(
             kind, item = arrived.get()
             events: list[Any] = []
             limit = size()
+            deadline = time.monotonic() + linger
             while kind == _EVENT:
                 events.append(item)
                 if len(events) >= limit:
                     break
                 try:
-                    kind, item = arrived.get_nowait()
+                    kind, item = arrived.get(
+                        timeout=max(0.0, deadline - time.monotonic())
+                    )
                 except queue.Empty:
                     break
             if events:
