@@ -17,7 +17,7 @@ from django.db import OperationalError, connection
 
 from history import corrections
 from history.models import CountAdjustment, KeyNode, Placement, WatchState
-from history.watcher import kube, loop, metrics
+from history.watcher import arrivals, kube, metrics
 from history.watcher.heartbeat import heartbeat_age
 from tests.fakeapi import (
     ClusterWatch,
@@ -487,16 +487,16 @@ def test_events_arriving_within_the_linger_are_written_together():
     events = [{"n": n} for n in range(3)]
     started = time.monotonic()
     batches = list(
-        loop.received_together(_spaced(events, 0.1), lambda: 200, lambda: None, 2.0)
+        arrivals.received_together(_spaced(events, 0.1), lambda: 200, lambda: None, 2.0)
     )
     assert batches == [events]
     assert time.monotonic() - started < 1.5
     batches = list(
-        loop.received_together(_spaced(events, 0.1), lambda: 200, lambda: None, 0.0)
+        arrivals.received_together(_spaced(events, 0.1), lambda: 200, lambda: None, 0.0)
     )
     assert batches == [[e] for e in events]
     # A batch never takes more than it may.
     batches = list(
-        loop.received_together(_spaced(events, 0.0), lambda: 2, lambda: None, 2.0)
+        arrivals.received_together(_spaced(events, 0.0), lambda: 2, lambda: None, 2.0)
     )
     assert batches == [events[:2], events[2:]]

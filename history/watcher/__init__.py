@@ -2,7 +2,9 @@
 
 - options.py: Options and Backoff;
 - loop.py: Stream, the list/watch loop for one resource, with a handler composed in
-  (handler.py says what a handler gives it); transactions.py: one transaction per
+  (handler.py says what a handler gives it); arrivals.py: how its events arrive
+  (in batches, each read into a `Received`); writing.py: how they are written, with
+  the checkpoint; transactions.py: one transaction per
   unit of work, and which database errors are fatal, transient or data errors;
 - pods.py: `decide(pod)`, the pure rule for when a pod counts, and PodHandler;
   runs.py: what a pod's run took (startup, run time, outcome);
