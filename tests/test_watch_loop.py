@@ -500,3 +500,35 @@ def test_events_arriving_within_the_linger_are_written_together():
         arrivals.received_together(_spaced(events, 0.0), lambda: 2, lambda: None, 2.0)
     )
     assert batches == [events[:2], events[2:]]
+
+
+def test_an_urgent_event_ends_the_linger():
+    """A new placement is written at once (prioritize counts each node's bound
+    pods, pod after pod): the batch takes only what had arrived before it."""
+    events = [{"n": n} for n in range(3)]
+    batches = list(
+        arrivals.received_together(
+            _spaced(events, 0.1),
+            lambda: 200,
+            lambda: None,
+            2.0,
+            urgent=lambda event: event["n"] == 0,
+        )
+    )
+    assert batches == [events[:1], events[1:]]
+
+
+def test_a_bound_pod_not_yet_in_the_ledger_is_urgent(api, server):
+    """Pending pods and later states of a recorded pod may wait; a new binding
+    and an unreadable event may not."""
+    server.script(ListAction([], "1"))
+    stream = pod_stream(api)
+    handler = stream.handler
+    pending = {"metadata": {"uid": "u-1"}, "spec": {}}
+    placed = bound("p", "n1", uid="u-1")
+    assert not handler.urgent({"type": "ADDED", "object": pending})
+    assert handler.urgent({"type": "MODIFIED", "object": placed})
+    assert handler.urgent({"type": "ERROR", "object": {"code": 410}})
+    assert handler.urgent("garbage")
+    handler._remember("u-1")
+    assert not handler.urgent({"type": "MODIFIED", "object": placed})

@@ -84,11 +84,14 @@ def received_together(
     size: Callable[[], int],
     stop: Callable[[], None],
     linger: float = LINGER_SECONDS,
+    urgent: Callable[[Any], bool] = lambda event: False,
 ) -> Iterator[list[Any]]:
     """The stream's events, each time as many as arrive within `linger` seconds
     of the first (at most `size()`): the first is waited for, then the batch takes
     what comes in the next `linger` seconds; the end of the stream or an error ends
-    it at once.
+    it at once. An `urgent` event ends the wait: the batch then takes only what
+    has already arrived (a new placement must be in the ledger before
+    kube-scheduler scores the next pod, which counts the pods bound on each node).
 
     A thread of its own reads the stream into a bounded queue; an error of the
     stream is raised here, after the events before it. Leaving early (shutdown,
@@ -130,6 +133,8 @@ def received_together(
                 events.append(item)
                 if len(events) >= limit:
                     break
+                if urgent(item):
+                    deadline = 0.0
                 try:
                     kind, item = arrived.get(
                         timeout=max(0.0, deadline - time.monotonic())

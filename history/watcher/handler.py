@@ -47,6 +47,10 @@ class Handler(Protocol):
     def decide(self, type_: str, obj: dict[str, Any]) -> Any | None:
         """What one object means; None when nothing needs writing."""
 
+    def urgent(self, event: Any) -> bool:
+        """Whether a raw watch event must be written without waiting for the
+        events behind it (`arrivals.received_together`)."""
+
     def write(self, decisions: list[Any]) -> list[Any]:
         """Apply decisions inside the caller's transaction; one outcome each."""
 

@@ -234,7 +234,9 @@ class Stream:
             logger.info(
                 "Watching %s from resourceVersion %s", self.name, self.resource_version
             )
-            for events in received_together(stream, self._batch_size, stream.stop):
+            for events in received_together(
+                stream, self._batch_size, stream.stop, urgent=self.handler.urgent
+            ):
                 self.handle_batch(events)
                 delivered += len(events)
                 if self.shutdown.is_set():

@@ -44,6 +44,10 @@ class NodeHandler:
             return None
         return NodeSeen(name, uid)
 
+    def urgent(self, event: Any) -> bool:
+        """Node identity can wait for the events behind it."""
+        return False
+
     def write(self, decisions: list[NodeSeen]) -> list[tuple[NodeSeen, str]]:
         """Record each UID (inside the caller's transaction): new, same or replaced."""
         return [

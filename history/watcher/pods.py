@@ -197,6 +197,18 @@ class PodHandler:
             )
         return decision
 
+    def urgent(self, event: Any) -> bool:
+        """A bound pod this process has not entered in the ledger yet (or an
+        event it cannot read): written at once, since prioritize counts each
+        node's bound pods pod after pod. Later states of a pod (running, ended)
+        may wait for the events behind them (`arrivals.LINGER_SECONDS`)."""
+        obj = event.get("object") if isinstance(event, dict) else None
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        spec = obj.get("spec") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict) or not isinstance(spec, dict):
+            return True
+        return bool(spec.get("nodeName")) and meta.get("uid") not in self._in_ledger
+
     def write(self, decisions: list[Decision]) -> list[str]:
         """Apply decisions (inside the caller's transaction); one outcome each."""
         return [self._write_one(decision) for decision in decisions]
