@@ -19,8 +19,9 @@ from extender.scoring.rules import Policy, resolve_policy, with_worth
 from history.models import KeyPolicy
 from history.outcomes import duration_text, number_text
 from history.reader import Policies
-from history.worth import MIN_RUNS, SAMPLES, WARMTHS, Difference, Estimate
+from history.worth import Estimate
 from history.worth_feed import process_worth
+from history.worth_samples import MIN_RUNS, SAMPLES, WARMTHS, Difference
 
 
 def seconds_text(seconds: float) -> str:

@@ -1,22 +1,11 @@
 """What warmth is worth to each pipeline, learned from its own outcomes.
 
 Pure: samples in, estimates and weights out; no database (`history.worth_feed`
-feeds a process's book from the ledger, the simulator feeds its own).
-
-**Samples.** Each successful pod gives its startup and run seconds under its
-warmth class (exact, partial, cold). A pipeline keeps the newest `SAMPLES` of each
-class and measure in one fixed array, so rare classes (a warm pipeline's cold
-runs) are not pushed out by common ones and memory is bounded per pipeline
-(`MAX_PIPELINES` of them, least recently updated forgotten first).
-
-**Saving.** What an exact placement saves over a class (partial or cold): the
-median startup of the pipeline's runs of that class less the median of its exact
-runs, plus the same for run time when that difference is measurable. Medians make
-it robust to a hung pod or a huge run. The interval is distribution-free: each
-median's order-statistic interval at about 95 % (`median_interval`), the
-difference taken end to end; "measurable" means it excludes 0 with at least
-`MIN_RUNS` runs on each side. Run times vary far more and are compared often, so
-their interval is taken at about 99.9 % (`Z_RUN`).
+feeds a process's book from the ledger, the simulator feeds its own). What one
+pipeline's samples say on their own (what an exact placement saves it over each
+class, with an interval) is `history.worth_samples`; this module holds the book of
+every pipeline (`MAX_PIPELINES` of them, least recently updated forgotten first)
+and what it makes of them:
 
 **Worth.** A pipeline's saving over each class, in units of what warmth saves the
 median pipeline over that class (`WorthBook.units`), averaged over the classes by
@@ -44,126 +33,38 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from history.labels import path_keys
+from history.worth_samples import (
+    MIN_RUNS,
+    OTHERS,
+    SAMPLES,
+    WARMTHS,
+    Difference,
+    Samples,
+    difference_over,
+    saved_seconds,
+    savings,
+    startup_comparisons,
+)
 
-WARMTHS = ("exact", "partial", "cold")
-MEASURES = ("startup", "run")
-# Newest samples kept per pipeline, warmth class and measure.
-SAMPLES = 16
 # Pipelines remembered; beyond it the least recently updated is forgotten.
 MAX_PIPELINES = 20_000
 # Pseudo-runs of the parent prefix's worth in a pipeline's.
 PRIOR_RUNS = 3
 # Pseudo-pipelines of the parent's worth in a prefix's.
 PRIOR_PIPELINES = 3
-# Runs on each side (exact, other) before "nothing measurable" may be concluded.
-MIN_RUNS = 8
 STEP = 0.5
 MAX_WEIGHT = 2.0
 # The unit of worth (what warmth saves the median pipeline) is at least this many
 # seconds: a fleet where warmth saves nothing does not make noise look large.
 MIN_UNIT = 1.0
-# z of the two-sided 95 % interval of a median's ranks.
-Z95 = 1.96
-# Run times vary far more than startups and are compared for every pipeline and
-# class at each refresh: a run difference counts only at about 99.9 %.
-Z_RUN = 3.29
 FLEET = ""
 # The worth of today's pull (weight 1): what the fleet's worth is shrunk toward.
 NEUTRAL = 1.0
-OTHERS = ("partial", "cold")
-
-_SLOTS = len(WARMTHS) * len(MEASURES)
-_INDEX = {
-    (warmth, measure): i * len(MEASURES) + j
-    for i, warmth in enumerate(WARMTHS)
-    for j, measure in enumerate(MEASURES)
-}
-
-
-class Samples:
-    """The newest `size` values of each (warmth, measure), in one float array."""
-
-    __slots__ = ("size", "values", "added")
-
-    def __init__(self, size: int):
-        self.size = size
-        self.values = array("f", bytes(4 * size * _SLOTS))
-        self.added = array("L", bytes(array("L").itemsize * _SLOTS))
-
-    def add(self, warmth: str, startup: float, run: float) -> None:
-        for measure, value in (("startup", startup), ("run", run)):
-            slot = _INDEX[warmth, measure]
-            count = self.added[slot]
-            self.values[slot * self.size + count % self.size] = value
-            self.added[slot] = count + 1
-
-    def of(self, warmth: str, measure: str) -> list[float]:
-        slot = _INDEX[warmth, measure]
-        held = min(self.added[slot], self.size)
-        start = slot * self.size
-        return list(self.values[start : start + held])
-
-    def runs(self, warmth: str) -> int:
-        """Runs of `warmth` ever added (not only those kept)."""
-        return int(self.added[_INDEX[warmth, "startup"]])
-
-    def __bool__(self) -> bool:
-        return any(self.added)
-
-
-@dataclass(frozen=True)
-class Difference:
-    """Median of other runs less median of exact runs, with its interval."""
-
-    seconds: float
-    low: float
-    high: float
-    exact: int  # samples on each side
-    other: int
-
-    @property
-    def measurable(self) -> bool:
-        """The interval excludes 0, with at least MIN_RUNS values on each side (an
-        order-statistic interval of fewer is too wide or too narrow to trust)."""
-        return self.comparisons >= MIN_RUNS and (self.low > 0 or self.high < 0)
-
-    @property
-    def comparisons(self) -> int:
-        return min(self.exact, self.other)
-
-
-def median_interval(values: Sequence[float], z: float = Z95) -> tuple[float, float]:
-    """A distribution-free interval of the median, about 95 % for z 1.96: the order
-    statistics at ranks n/2 -+ z sqrt(n)/2 (the extremes for few values)."""
-    ordered = sorted(values)
-    n = len(ordered)
-    half = z * math.sqrt(n) / 2
-    low = max(0, math.floor(n / 2 - half))
-    high = min(n - 1, math.ceil(n / 2 + half) - 1)
-    return ordered[low], ordered[high]
-
-
-def difference(
-    exact: Sequence[float], other: Sequence[float], z: float = Z95
-) -> Difference | None:
-    """`other`'s median less `exact`'s, None unless both have values."""
-    if not exact or not other:
-        return None
-    exact_low, exact_high = median_interval(exact, z)
-    other_low, other_high = median_interval(other, z)
-    return Difference(
-        seconds=statistics.median(other) - statistics.median(exact),
-        low=other_low - exact_high,
-        high=other_high - exact_low,
-        exact=len(exact),
-        other=len(other),
-    )
 
 
 @dataclass(frozen=True)
@@ -308,7 +209,9 @@ class WorthBook:
             return None, 0
         compared = self._compared.get(label)
         if compared is None:
-            compared = self._compared[label] = _comparisons(self.pipelines[label])
+            compared = self._compared[label] = startup_comparisons(
+                self.pipelines[label]
+            )
         return total / weights, compared
 
     def _pool_worths(self, pool: str) -> list[float]:
@@ -355,8 +258,8 @@ class WorthBook:
                 label, runs, None, None, None, None, None, None, None, None,
                 units, 1.0, "no outcomes yet: today's pull",
             )  # fmt: skip
-        startup = _side(samples, "startup", OTHERS)
-        run = _side(samples, "run", OTHERS)
+        startup = difference_over(samples, "startup", OTHERS)
+        run = difference_over(samples, "run", OTHERS)
         own, comparisons = self.worth(label)
         prior = self._prior(label)
         credited = shrink(own, comparisons, prior, PRIOR_RUNS)
@@ -381,10 +284,10 @@ class WorthBook:
             label=label,
             runs=runs,
             startup=startup,
-            over_partial=_side(samples, "startup", ("partial",)),
-            over_cold=_side(samples, "startup", ("cold",)),
+            over_partial=difference_over(samples, "startup", ("partial",)),
+            over_cold=difference_over(samples, "startup", ("cold",)),
             run=run,
-            seconds=_seconds(startup, run),
+            seconds=saved_seconds(startup, run),
             own=own,
             prior=prior,
             credited=credited,
@@ -441,37 +344,3 @@ def shrink(
     if prior is None:
         return own
     return (weight * own + strength * prior) / (weight + strength)
-
-
-def _side(samples: Samples, measure: str, others: Sequence[str]) -> Difference | None:
-    other = [value for warmth in others for value in samples.of(warmth, measure)]
-    z = Z_RUN if measure == "run" else Z95
-    return difference(samples.of("exact", measure), other, z)
-
-
-def _seconds(startup: Difference | None, run: Difference | None) -> float | None:
-    """The seconds an exact placement saves: startup, plus run when measurable."""
-    if startup is None:
-        return None
-    if run is not None and run.measurable:
-        return startup.seconds + run.seconds
-    return startup.seconds
-
-
-def savings(samples: Samples) -> dict[str, tuple[float, int]]:
-    """other class -> (seconds an exact placement saves over it: startup, plus run
-    when measurable; comparisons), for the classes with runs on both sides."""
-    found = {}
-    for other in OTHERS:
-        startup = _side(samples, "startup", (other,))
-        if startup is None:
-            continue
-        seconds = _seconds(startup, _side(samples, "run", (other,)))
-        assert seconds is not None
-        found[other] = (seconds, startup.comparisons)
-    return found
-
-
-def _comparisons(samples: Samples) -> int:
-    side = _side(samples, "startup", OTHERS)
-    return side.comparisons if side is not None else 0

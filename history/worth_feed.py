@@ -24,7 +24,8 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from history.models import Placement
-from history.worth import WARMTHS, Estimate, WorthBook
+from history.worth import Estimate, WorthBook
+from history.worth_samples import WARMTHS
 
 # The most ended pods the first read takes (the newest of the window).
 FIRST_ROWS = 100_000

@@ -19,16 +19,16 @@ from django.utils import timezone
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
 from history.audit import audit_counts
 from history.corrections import create_key_node
-from history.importing import (
-    BAD_KEY,
-    BAD_NODE,
-    import_old_history,
-    read_old_history_file,
-    read_old_history_table,
-)
+from history.importing import import_old_history
 from history.labels import key_kind
 from history.models import CountAdjustment, HistoryImport, KeyNode
 from history.nodenames import NODE_NAME_MAX_LENGTH
+from history.old_history import (
+    BAD_KEY,
+    BAD_NODE,
+    read_old_history_file,
+    read_old_history_table,
+)
 from tests.helpers import REPO, database_env, place, run_concurrently
 
 pytestmark = pytest.mark.django_db
@@ -689,7 +689,7 @@ def test_memory_grows_with_the_distinct_pairs_not_with_the_rows(tmp_path):
 
 
 def test_long_imports_report_progress(tmp_path, monkeypatch):
-    monkeypatch.setattr("history.importing.PROGRESS_ROWS", 4)
+    monkeypatch.setattr("history.old_history.PROGRESS_ROWS", 4)
     rows = [(f"k{i}", "node-1", 1) for i in range(10)]
     output = run_import(old_tool_file(tmp_path / "old.db", rows))
     lines = [line.split(": ", 1)[1] for line in output.splitlines() if " s: " in line]

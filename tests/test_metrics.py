@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from history.ledger import increment_key_nodes
 from history.models import Placement, WatchState
-from history.worth import MIN_RUNS
 from history.worth_feed import process_worth
+from history.worth_samples import MIN_RUNS
 from tests.helpers import free_port, load_fixture, run_gunicorn, succeeded
 
 PRIORITIZE = "/scheduler/priorities/pipeline"

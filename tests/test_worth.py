@@ -1,19 +1,18 @@
-"""What warmth is worth to each pipeline (`history.worth`): the estimate, its
-interval, borrowing strength, the weight rule, and its bounds."""
+"""What warmth is worth to each pipeline (`history.worth`, `history.worth_samples`):
+the estimate, its interval, borrowing strength, the weight rule, and its bounds."""
 
 import random
 import tracemalloc
 
 import pytest
 
-from history import worth
-from history.worth import (
-    MAX_WEIGHT,
+from history.worth import MAX_WEIGHT, WorthBook, weight_for
+from history.worth_samples import (
     MIN_RUNS,
-    WorthBook,
+    SAMPLES,
+    WARMTHS,
     difference,
     median_interval,
-    weight_for,
 )
 
 
@@ -172,8 +171,8 @@ def test_memory_is_bounded_for_ten_thousand_pipelines():
         rng = random.Random(1)
         for n in range(10_000):
             label = f"team{n % 50}-lang{n % 7}-p{n}"
-            for warmth in worth.WARMTHS:
-                for _ in range(worth.SAMPLES):
+            for warmth in WARMTHS:
+                for _ in range(SAMPLES):
                     book.add(label, warmth, rng.uniform(1, 200), rng.uniform(1, 900))
         book.settle()
         used, _ = tracemalloc.get_traced_memory()

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from history.models import KeyPolicy
-from history.worth import MIN_RUNS
+from history.worth_samples import MIN_RUNS
 from tests.helpers import succeeded
 
 pytestmark = pytest.mark.django_db

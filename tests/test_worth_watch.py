@@ -14,8 +14,8 @@ from history.corrections import create_key_node
 from history.models import KeyPolicy, Placement
 from history.watcher import state
 from history.watcher.placement_events import PlacementEvent, with_worth
-from history.worth import MIN_RUNS
 from history.worth_feed import process_worth
+from history.worth_samples import MIN_RUNS
 from tests.test_outcomes_watch import Cluster, catch_up, new_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)

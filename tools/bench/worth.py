@@ -21,7 +21,8 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
-from history.worth import SAMPLES, WARMTHS, WorthBook
+from history.worth import WorthBook
+from history.worth_samples import SAMPLES, WARMTHS
 
 
 def fill(book: WorthBook, pipelines: int, prefixes: int, seed: int) -> list[str]:

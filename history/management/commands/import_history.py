@@ -13,12 +13,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError
 
 from history.exceptions import OldHistoryError
-from history.importing import (
-    OLD_TABLE,
-    import_old_history,
-    read_old_history_file,
-)
+from history.importing import import_old_history
 from history.models import HistoryImport
+from history.old_history import OLD_TABLE, read_old_history_file
 from history.writelock import configured_busy_timeout, is_write_lock_timeout
 
 
