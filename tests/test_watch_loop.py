@@ -39,6 +39,8 @@ from tests.watch_streams import (
     counts,
     pod_stream,
     run_until,
+    running,
+    wait_until,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -532,3 +534,33 @@ def test_a_bound_pod_not_yet_in_the_ledger_is_urgent(api, server):
     assert handler.urgent("garbage")
     handler._remember("u-1")
     assert not handler.urgent({"type": "MODIFIED", "object": placed})
+
+
+# No bookmarks (a bookmark has no spec: the handler counts it urgent) and a read
+# timeout past the test's end: nothing but the pods' own events ends a batch.
+@pytest.mark.parametrize(("bookmark_interval", "read_timeout"), [(None, 120.0)])
+def test_a_running_watch_writes_a_new_binding_at_once_and_lets_later_states_wait(
+    api, server, monkeypatch
+):
+    """The stream hands the handler's `urgent` to `received_together`: with a linger
+    of minutes, a new binding is in the ledger at once, while the end of a pod
+    already recorded waits in its batch until the next binding takes it along."""
+    monkeypatch.setattr(arrivals, "LINGER_SECONDS", 300.0)
+    server.add_pods([make_pod(name, uid=f"u-{name}", label="k") for name in "ab"])
+    stream = pod_stream(api, server_timeout=(300, 300))
+    stream.start()
+    stream.relist()
+    with running(stream):
+        server.bind_pod("a", "n1")
+        assert wait_until(lambda: Placement.objects.exists()), "waited for the linger"
+        server.delete_pod("a")
+        # Twenty times the linger a deployment waits: the end is still lingering.
+        time.sleep(1.0)
+        assert Placement.objects.get(pod_uid="u-a").finished_at is None
+        server.bind_pod("b", "n2")
+        ended = Placement.objects.filter(pod_uid="u-a", finished_at__isnull=False)
+        assert wait_until(ended.exists)
+        # Written together, in one transaction.
+        assert Placement.objects.filter(pod_uid="u-b", finished_at=None).exists()
+    assert counts() == {("k", "n1"): 1, ("k", "n2"): 1}
+    assert_no_drift()

@@ -4,6 +4,7 @@ thread until a condition holds."""
 
 import threading
 import time
+from contextlib import contextmanager
 
 from django.db import connection
 
@@ -58,8 +59,9 @@ def bound(name, node, uid=None, label="pipeline1", rv="1", **kw):
     return make_pod(name, uid=uid, node=node, label=label, rv=rv, **kw)
 
 
-def run_until(stream, predicate, timeout=10.0):
-    """Run stream.run() in a thread until predicate() holds; then stop it."""
+@contextmanager
+def running(stream):
+    """stream.run() in a thread while the block runs; then shut it down."""
     errors = []
 
     def target():
@@ -72,13 +74,25 @@ def run_until(stream, predicate, timeout=10.0):
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
+    try:
+        yield
+    finally:
+        stream.shutdown.set()
+        stream.interrupt()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert errors == []
+
+
+def wait_until(predicate, timeout=10.0):
+    """Whether predicate() holds within `timeout` seconds (polled)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not predicate():
         time.sleep(0.05)
-    reached = predicate()
-    stream.shutdown.set()
-    stream.interrupt()
-    thread.join(timeout=10)
-    assert not thread.is_alive()
-    assert errors == []
-    return reached
+    return predicate()
+
+
+def run_until(stream, predicate, timeout=10.0):
+    """Run stream.run() in a thread until predicate() holds; then stop it."""
+    with running(stream):
+        return wait_until(predicate, timeout)

@@ -83,21 +83,24 @@ def received_together(
     stream: Iterable[Any],
     size: Callable[[], int],
     stop: Callable[[], None],
-    linger: float = LINGER_SECONDS,
+    linger: float | None = None,
     urgent: Callable[[Any], bool] = lambda event: False,
 ) -> Iterator[list[Any]]:
     """The stream's events, each time as many as arrive within `linger` seconds
-    of the first (at most `size()`): the first is waited for, then the batch takes
-    what comes in the next `linger` seconds; the end of the stream or an error ends
-    it at once. An `urgent` event ends the wait: the batch then takes only what
-    has already arrived (a new placement must be in the ledger before
-    kube-scheduler scores the next pod, which counts the pods bound on each node).
+    of the first (at most `size()`; LINGER_SECONDS, read at each call, unless
+    given): the first is waited for, then the batch takes what comes in the next
+    `linger` seconds; the end of the stream or an error ends it at once. An
+    `urgent` event ends the wait: the batch then takes only what has already
+    arrived (a new placement must be in the ledger before kube-scheduler scores the
+    next pod, which counts the pods bound on each node).
 
     A thread of its own reads the stream into a bounded queue; an error of the
     stream is raised here, after the events before it. Leaving early (shutdown,
     an ERROR event, a database failure) calls `stop`, which ends the stream, and
     the thread with it.
     """
+    if linger is None:
+        linger = LINGER_SECONDS
     arrived: queue.Queue[tuple[str, Any]] = queue.Queue(READ_AHEAD)
     done = threading.Event()
 
