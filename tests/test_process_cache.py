@@ -12,6 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from extender.scoring.strategies import get_strategy
 from history import ledger
 from history.reader import cache as cache_module
 from history.reader import history_reader
@@ -23,6 +24,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 NODES = [f"n{i}" for i in range(30)]
 LABELS = ["ci-java-app", "ci-go-svc", "ci-java-lib", "cd-go-svc"]
+# The most general key `warm` reads for LABELS[0]: its first segment's path.
+GENERAL = "ci-*"
 
 
 def place(uid, label, node):
@@ -39,6 +42,10 @@ def snapshot(history):
         dict(history.busy),
         dict(history.replaced),
     )
+
+
+def warm_scores(label=LABELS[0]):
+    return get_strategy("warm").score(label=label, nodes=NODES)
 
 
 def read(label, reader=None):
@@ -183,6 +190,81 @@ def test_threads_reading_while_another_writes_end_in_agreement():
     assert errors == []
     for label in LABELS:
         assert_agrees(label)
+
+
+def test_with_no_read_alive_a_write_changes_what_is_cached_in_place():
+    """kube-scheduler's serial calls: the previous call's read is gone when the
+    next one syncs, so a write costs the nodes it changed, not a copy of every
+    node the key holds (a general key holds most nodes). The rows, the running
+    pods and the derived scores are the same objects, brought up to date."""
+    for i, node in enumerate(NODES):
+        place(f"p{i}", LABELS[0], node)
+    cache = history_reader()
+    warm_scores()
+    warm_scores()  # combined from the second call
+    rows, busy, active = cache.rows[GENERAL], cache.busy, cache.active
+    derived = [entry.value for entry in cache.memo.derived[GENERAL].values()]
+    combined = [entry.value for entry in cache.memo.labels.values()]
+    assert derived and combined and not cache.memo.lent()
+    place("w", LABELS[0], "n3")
+    ledger.finish_placement(pod_uid="p4")
+    scores = warm_scores()
+    assert cache.rows[GENERAL] is rows and rows["n3"][0] == 2
+    assert cache.busy is busy and "n4" not in busy
+    assert cache.active is active
+    now_derived = [entry.value for entry in cache.memo.derived[GENERAL].values()]
+    now_combined = [entry.value for entry in cache.memo.labels.values()]
+    assert list(map(id, now_derived)) == list(map(id, derived))
+    assert list(map(id, now_combined)) == list(map(id, combined))
+    assert_agrees(LABELS[0])
+    # The same answer as a process that starts cold.
+    cache.clear()
+    assert warm_scores() == scores
+
+
+def test_with_a_read_alive_a_write_replaces_what_it_holds():
+    for i, node in enumerate(NODES[:10]):
+        place(f"p{i}", LABELS[0], node)
+    cache = history_reader()
+    warm_scores()
+    held = read(LABELS[0])
+    kept = snapshot(held)
+    rows, busy = cache.rows[GENERAL], cache.busy
+    place("w", LABELS[0], "n3")
+    ledger.finish_placement(pod_uid="p4")
+    warm_scores()
+    assert cache.rows[GENERAL] is not rows and cache.busy is not busy
+    assert snapshot(held) == kept
+    assert_agrees(LABELS[0])
+
+
+def test_a_pod_that_starts_while_the_running_pods_are_read_counts_once(
+    monkeypatch,
+):
+    """The running pods and the point of the change feed they include are read in
+    one statement: a pod started between a mark taken apart and that read was
+    counted twice (once in the read, once more as a change after the mark)."""
+    place("a", LABELS[0], "n1")
+    cache = history_reader()
+    cache.clear()
+    read_extra = CachedReader._read_extra
+    raced = []
+
+    def racing_read_extra(self):
+        if self.running_stale and not raced:
+            raced.append(True)
+            in_other_connection(lambda: place("b", LABELS[0], "n1"))
+        read_extra(self)
+
+    monkeypatch.setattr(CachedReader, "_read_extra", racing_read_extra)
+    read(LABELS[0])
+    assert raced
+    monkeypatch.undo()
+    in_other_connection(lambda: place("c", LABELS[1], "n2"))
+    history = read(LABELS[0])
+    assert history.busy["n1"] == 2
+    assert history.active["n1"] == 2
+    assert_agrees(LABELS[0])
 
 
 def test_inside_a_transaction_the_database_answers():

@@ -15,9 +15,13 @@ explains why none is missed.
 
 **Sharing.** `lock` guards the cache; it is held to sync, to publish and to hand out
 a read, never while a label's first rows are fetched or while scoring runs. What
-is handed out is never changed afterwards: a re-read replaces a key's mapping (and
-the running pods' mappings) with a new one, so a reader keeps a consistent view
-and never sees a half-updated one. Nothing is kept per thread, greenlet or
+a read was handed is never changed while it holds it: while any read is alive
+(`KeyMemo.lent`), a re-read replaces a key's mapping (and the running pods'
+mappings) with a changed copy, so a reader keeps a consistent view and never sees a
+half-updated one; when none is (kube-scheduler's serial calls: the previous call's
+read is gone before the next one syncs), it changes them in place, at the cost of
+what changed rather than of what the key holds (a general prefix such as
+`jenkins-*` holds a row on most nodes). Nothing is kept per thread, greenlet or
 connection object: a new connection per request reads a warm cache.
 
 **Bound.** Rows and derived values are counted in estimated bytes; past
@@ -44,6 +48,8 @@ from history.reader.sql import SqlReader, as_timestamp, history_sql
 
 # A sync that names more pairs than this starts over instead (bulk edits, pauses).
 MAX_SYNC_PAIRS = 5000
+# (key, node) pairs re-read by one statement (two parameters each).
+REREAD_PAIRS = 400
 # Estimated bytes a cached row takes: a dict slot, a 3-tuple, an int and two
 # floats (node names are interned, so each name is held once).
 ROW_BYTES = 200
@@ -188,13 +194,15 @@ class CachedReader:
     def changed(self, pairs: Mapping[str, set[str]]) -> None:
         """Re-read the rows of these (key, nodes) pairs; keys not cached are skipped
         and keys being fetched re-read them once published."""
+        held: dict[str, set[str]] = {}
         for key, nodes in pairs.items():
             if not nodes:
                 continue
             if key in self.rows:
-                self._reread(key, sorted(nodes))
+                held[key] = nodes
             elif key in self.fetching:
                 self.fetching[key].update(nodes)
+        self._reread(held)
 
     def extra_changed(self) -> None:
         """The policies or the node records changed."""
@@ -205,24 +213,25 @@ class CachedReader:
         self.running_stale = self.extra_stale = True
 
     def pods_changed(self, deltas: Iterable[tuple[str, str, int]]) -> None:
-        """Pods of (label, node) started (+1) or stopped (-1) running: applied to
-        new mappings, which replace the old ones."""
+        """Pods of (label, node) started (+1) or stopped (-1) running: applied in
+        place when no read holds the running pods' mappings, else to new mappings
+        that replace them."""
         if self.running_stale:
             return
-        busy = dict(self.busy)
-        active = dict(self.active)
+        lent = self.memo.lent()
+        busy = dict(self.busy) if lent else self.busy
+        active = dict(self.active) if lent else self.active
         copied: set[str] = set()
         for label, node, delta in deltas:
-            if label not in copied:
+            if lent and label not in copied:
                 active[label] = dict(active.get(label, {}))
                 copied.add(label)
-            for counts in (active[label], busy):
+            for counts in (active.setdefault(label, {}), busy):
                 value = counts.get(node, 0) + delta
                 if value > 0:
                     counts[node] = value
                 else:
                     counts.pop(node, None)
-        for label in copied:
             if not active[label]:
                 del active[label]
         self.active, self.busy = active, busy
@@ -264,30 +273,41 @@ class CachedReader:
         self.row_bytes += KEY_BYTES + len(rows) * ROW_BYTES
         self.memo.start(key)
         if changed:
-            self._reread(key, sorted(changed))
+            self._reread({key: changed})
 
-    def _reread(self, key: str, nodes: list[str]) -> None:
-        marks = ", ".join(["%s"] * len(nodes))
+    def _reread(self, pairs: Mapping[str, Iterable[str]]) -> None:
+        """Re-read the rows of these (key, nodes) pairs of cached keys, in one
+        statement for up to REREAD_PAIRS pairs. A key's mapping is changed in place when
+        no read holds it (`KeyMemo.lent`), else replaced by a changed copy."""
+        wanted = [(key, sorted(nodes)) for key, nodes in pairs.items() if nodes]
+        found: dict[tuple[str, str], tuple[int, float, float]] = {}
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT node, count, decayed_weight, decayed_at "
-                f"FROM {KeyNode._meta.db_table} "
-                f"WHERE key = %s AND node IN ({marks})",
-                [key, *nodes],
-            )
-            found = {node: (count, weight, at) for node, count, weight, at in cursor}
-        cached = dict(self.rows[key])
-        before = len(cached)
+            for chunk in _chunks(wanted, REREAD_PAIRS):
+                where = " OR ".join(
+                    f"(key = %s AND node IN ({', '.join(['%s'] * len(nodes))}))"
+                    for _, nodes in chunk
+                )
+                cursor.execute(
+                    f"SELECT key, node, count, decayed_weight, decayed_at "
+                    f"FROM {KeyNode._meta.db_table} WHERE {where}",
+                    [part for key, nodes in chunk for part in (key, *nodes)],
+                )
+                for key, node, count, weight, at in cursor:
+                    found[key, node] = (count, weight, at)
+        lent = self.memo.lent()
         intern = sys.intern
-        for node in nodes:
-            row = found.get(node)
-            if row is not None and row[0] > 0:
-                cached[intern(node)] = row
-            else:
-                cached.pop(node, None)
-        self.rows[key] = cached
-        self.row_bytes += (len(cached) - before) * ROW_BYTES
-        self.memo.changed(key, nodes)
+        for key, nodes in wanted:
+            cached = dict(self.rows[key]) if lent else self.rows[key]
+            before = len(cached)
+            for node in nodes:
+                row = found.get((key, node))
+                if row is not None and row[0] > 0:
+                    cached[intern(node)] = row
+                else:
+                    cached.pop(node, None)
+            self.rows[key] = cached
+            self.row_bytes += (len(cached) - before) * ROW_BYTES
+            self.memo.changed(key, nodes)
 
     def _read_extra(self) -> None:
         """Policies and node replacements (small tables), and the running pods when
@@ -306,3 +326,20 @@ class CachedReader:
             self.replaced = found.replaced
             self.memo.restart_all()
         self.extra_stale = False
+
+
+def _chunks(
+    wanted: list[tuple[str, list[str]]], most: int
+) -> Iterable[list[tuple[str, list[str]]]]:
+    """(key, nodes) pairs in groups of about `most` nodes (a key's nodes are never
+    split; a key with more is a group of its own)."""
+    group: list[tuple[str, list[str]]] = []
+    size = 0
+    for key, nodes in wanted:
+        if group and size + len(nodes) > most:
+            yield group
+            group, size = [], 0
+        group.append((key, nodes))
+        size += len(nodes)
+    if group:
+        yield group

@@ -10,10 +10,14 @@ node's row: a value to keep, None, or UNSETTLED) and get `NodeValues`; they neve
 see a version or a change: the memo applies the rule to every row once, then again
 only to the nodes changed since, and to every row when the key starts a new epoch.
 
-Values are never changed once handed out: an update makes new `NodeValues`, so a
-reader still using older ones is not disturbed, and values are stored only if they
-are at least as recent as the ones they replace. Every access takes `lock`
-briefly; the rule runs outside it.
+**Lending.** Every read's `MemoView` is registered while it lives (`lent`). Values
+held by a read are never changed under it: while another read's view lives, an
+update makes new `NodeValues` (or a new combined mapping), and values are stored
+only if they are at least as recent as the ones they replace. A read alone (the
+extender's serial calls) updates them in place, under `lock`, at the cost of the
+nodes that changed rather than of the nodes the key holds; the store does the same
+with its rows. Every access takes `lock` briefly; a rule applied to every row runs
+outside it.
 
 Memory is counted in estimated bytes (entries times `DERIVED_BYTES`) and bounded by
 the owning store, which drops a key's derived values with its rows.
@@ -22,6 +26,7 @@ the owning store, which drops a key's derived values with its rows.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -63,8 +68,8 @@ class NodeValues:
     """A rule applied to one key's rows: node -> value for the nodes it gave one,
     and the nodes it could not settle. Never changed once made."""
 
-    values: Mapping[str, int]
-    unsettled: Set[str]
+    values: dict[str, int]
+    unsettled: set[str]
 
     @property
     def size(self) -> int:
@@ -85,11 +90,19 @@ def apply_rule(rule: NodeRule, rows: KeyRows) -> NodeValues:
 
 
 def reapply_rule(
-    rule: NodeRule, rows: KeyRows, old: NodeValues, changed: set[str]
+    rule: NodeRule,
+    rows: KeyRows,
+    old: NodeValues,
+    changed: Set[str],
+    *,
+    in_place: bool = False,
 ) -> NodeValues:
-    """`old` with `rule` applied again to the `changed` nodes' rows (new values)."""
-    values = dict(old.values)
-    unsettled = set(old.unsettled)
+    """`old` with `rule` applied again to the `changed` nodes' rows: new values, or
+    `old` itself changed when `in_place`."""
+    if in_place:
+        values, unsettled = old.values, old.unsettled
+    else:
+        values, unsettled = dict(old.values), set(old.unsettled)
     for node in changed:
         values.pop(node, None)
         unsettled.discard(node)
@@ -101,7 +114,7 @@ def reapply_rule(
             unsettled.add(node)
         elif value is not None:
             values[node] = value
-    return NodeValues(values, unsettled)
+    return old if in_place else NodeValues(values, unsettled)
 
 
 @dataclass(slots=True)
@@ -132,6 +145,8 @@ class KeyMemo:
         self.sightings: OrderedDict[Hashable, None] = OrderedDict()
         self.labels_bytes = 0
         self.bytes = 0
+        # The views of the reads alive (see "Lending").
+        self.views: weakref.WeakSet[MemoView] = weakref.WeakSet()
 
     def clear(self) -> None:
         with self.lock:
@@ -182,15 +197,33 @@ class KeyMemo:
                 for key in keys
                 if (epoch := self.epochs.get(key)) is not None
             }
-        return MemoView(self, versions)
+            view = MemoView(self, versions)
+            self.views.add(view)
+        return view
+
+    def lent(self) -> bool:
+        """Whether a read's view is alive: what it was handed must not change."""
+        with self.lock:
+            return len(self.views) > 0
+
+    def _alone(self, view: MemoView | None) -> bool:
+        """Whether `view` is the only read alive (under `lock`)."""
+        return view is not None and len(self.views) == 1 and view in self.views
 
     # --- what readers ask -----------------------------------------------------------
 
     def derive(
-        self, key: str, version: Version, tag: Hashable, rows: KeyRows, rule: NodeRule
+        self,
+        key: str,
+        version: Version,
+        tag: Hashable,
+        rows: KeyRows,
+        rule: NodeRule,
+        view: MemoView | None = None,
     ) -> NodeValues:
         """`rule` applied to `rows`, or the values kept for (key, tag) brought up to
-        `version` (that of `rows`) by applying it to the nodes changed since."""
+        `version` (that of `rows`) by applying it to the nodes changed since (in
+        place when `view`'s read is the only one alive)."""
         epoch, seen = version
         with self.lock:
             if self.epochs.get(key) != epoch:
@@ -202,6 +235,12 @@ class KeyMemo:
                     return old.value
                 if old is not None and old.version[1] < seen:
                     changed = set(self.changes[key][old.version[1] : seen])
+                    if self._alone(view):
+                        size = old.value.size
+                        reapply_rule(rule, rows, old.value, changed, in_place=True)
+                        old.version = version
+                        self.bytes += old.value.size - size
+                        return old.value
                 else:
                     old = None
         if old is None:
@@ -218,11 +257,12 @@ class KeyMemo:
         versions: tuple[Version, ...],
         tag: Hashable,
         maps: Sequence[Mapping[str, int]],
+        view: MemoView | None = None,
     ) -> Mapping[str, int] | None:
         """node -> its value in the last of `maps` (derived from `keys` general to
         specific, at `versions`) that has it, kept per label from its second call on
         (None before) and brought up to date node by node while the keys' epochs
-        last."""
+        last (in place when `view`'s read is the only one alive)."""
         ident = (tuple(keys), tag)
         with self.lock:
             entry = self.labels.get(ident)
@@ -238,6 +278,15 @@ class KeyMemo:
                 if entry.versions == versions:
                     return entry.value
             changed = self._changed_between(keys, entry, versions)
+            if changed is not None and entry is not None and self._alone(view):
+                _update_combined(entry.value, changed, maps)
+                entry.versions = versions
+                self.bytes -= entry.size
+                self.labels_bytes -= entry.size
+                entry.size = len(entry.value) * DERIVED_BYTES
+                self.bytes += entry.size
+                self.labels_bytes += entry.size
+                return entry.value
         if changed is None:
             value: dict[str, int] = {}
             for mapping in maps:
@@ -245,15 +294,7 @@ class KeyMemo:
         else:
             assert entry is not None
             value = dict(entry.value)
-            found = list(reversed(maps))
-            for node in changed:
-                for mapping in found:
-                    score = mapping.get(node)
-                    if score is not None:
-                        value[node] = score
-                        break
-                else:
-                    value.pop(node, None)
+            _update_combined(value, changed, maps)
         with self.lock:
             self._keep_label(ident, versions, value)
         return value
@@ -323,11 +364,27 @@ class KeyMemo:
             self.bytes -= entry.value.size
 
 
+def _update_combined(
+    value: dict[str, int], changed: Set[str], maps: Sequence[Mapping[str, int]]
+) -> None:
+    """A label's combined `value` with the `changed` nodes looked up again."""
+    found = list(reversed(maps))
+    for node in changed:
+        for mapping in found:
+            score = mapping.get(node)
+            if score is not None:
+                value[node] = score
+                break
+        else:
+            value.pop(node, None)
+
+
 class MemoView:
     """The memo as one read sees it: each key's version when its rows were handed
-    out. Callers go through `LabelHistory.derive` and `LabelHistory.combined`."""
+    out, registered with the memo while it lives (see "Lending"). Callers go through
+    `LabelHistory.derive` and `LabelHistory.combined`."""
 
-    __slots__ = ("memo", "versions")
+    __slots__ = ("memo", "versions", "__weakref__")
 
     def __init__(self, memo: KeyMemo, versions: Mapping[str, Version]):
         self.memo = memo
@@ -339,7 +396,7 @@ class MemoView:
         version = self.versions.get(key)
         if version is None:
             return apply_rule(rule, rows)
-        return self.memo.derive(key, version, tag, rows, rule)
+        return self.memo.derive(key, version, tag, rows, rule, self)
 
     def combined(
         self, keys: Sequence[str], tag: Hashable, maps: Sequence[Mapping[str, int]]
@@ -348,5 +405,5 @@ class MemoView:
         if any(version is None for version in versions):
             return None
         return self.memo.combined(
-            keys, tuple(v for v in versions if v is not None), tag, maps
+            keys, tuple(v for v in versions if v is not None), tag, maps, self
         )

@@ -43,7 +43,9 @@ class Small(IntEnum):
     NODE_POLICY = 2
     REPLACED = 3
     ROW = 4
-    SNAPSHOT = 5  # PostgreSQL: the statement's snapshot, in `first`
+    # The running pods' point in the change feed, in `first`: PostgreSQL's
+    # snapshot, SQLite's last pod log id.
+    SNAPSHOT = 5
 
 
 class Change(IntEnum):
@@ -90,8 +92,9 @@ class LabelHistory:
     - `memo`: set by stores that keep history between reads: where callers keep
       what they derive from the keys' rows (see `derive` and `combined`).
 
-    A cached value shares the store's mappings, which the store never changes once
-    handed out (it replaces them): never change them either.
+    A cached value shares the store's mappings, which the store does not change
+    while the value's `memo` view lives (it replaces them): never change them
+    either.
     """
 
     keys: tuple[str, ...]

@@ -33,6 +33,10 @@ NULL_NUMBER = "CAST(NULL AS BIGINT)"
 NULL_REAL = "CAST(NULL AS DOUBLE PRECISION)"
 
 
+# SQLite's log of pods that started or stopped running (migration 0010's triggers).
+POD_LOG = "history_podlog"
+
+
 def history_sql(
     *,
     keys: int = 0,
@@ -62,6 +66,13 @@ def history_sql(
         parts.append(
             f"SELECT {Small.SNAPSHOT:d}, CAST(pg_current_snapshot() AS TEXT), "
             f"{text}, {text}, {number}, {real}, {real}"
+        )
+    elif running:
+        # The last pod log id the running pods include (see sqlite_cache): one
+        # statement reads one state of the file.
+        parts.append(
+            f"SELECT {Small.SNAPSHOT:d}, CAST(COALESCE(MAX(id), 0) AS TEXT), "
+            f"{text}, {text}, {number}, {real}, {real} FROM {POD_LOG}"
         )
     if running:
         parts.append(

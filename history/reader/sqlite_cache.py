@@ -21,7 +21,8 @@ and node records (two small tables). SQLite commits one writer at a time, so ids
 become visible in order and none is skipped; ledger ids that went backwards (the
 file was replaced) start the cache over. The pod log is pruned after requests
 (POD_LOG_KEEP rows are kept), and a cache that fell behind the pruned part reads
-the running pods again.
+the running pods again, with the last pod log id they include in the same
+statement.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ from django.db.backends.utils import CursorWrapper
 from history.labels import placement_keys
 from history.models import CountAdjustment, Placement
 from history.reader.cache import MAX_SYNC_PAIRS, CachedReader
+from history.reader.sql import POD_LOG
 
 logger = logging.getLogger(__name__)
 
-POD_LOG = "history_podlog"
 # Pod log rows kept when pruning (at most once a minute per worker).
 POD_LOG_KEEP = 100_000
 PRUNE_EVERY = 60.0
@@ -145,11 +146,15 @@ class SqliteCacheReader(CachedReader):
         if len(rows) > MAX_SYNC_PAIRS or rows[0][0] != self.pod_id + 1:
             # Too many, or pruned past this cache: read them all again.
             self.running_changed()
-            cursor.execute(f"SELECT MAX(id) FROM {POD_LOG}")
-            self.pod_id = cursor.fetchone()[0] or 0
             return
         self.pods_changed((label, node, delta) for _, label, node, delta in rows)
         self.pod_id = rows[-1][0]
+
+    def running_read(self, snapshot: str | None) -> None:
+        """The pods that started or stopped up to pod log id `snapshot`, read with
+        the running pods in the same statement, are in them: follow from there (a
+        mark taken in another statement could count a pod twice)."""
+        self.pod_id = int(snapshot or 0)
 
     def after_request(self) -> None:
         """Prune the pod log now and then (the reply is already sent)."""
