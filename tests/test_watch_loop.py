@@ -521,8 +521,8 @@ def test_an_urgent_event_ends_the_linger():
 
 
 def test_a_bound_pod_not_yet_in_the_ledger_is_urgent(api, server):
-    """Pending pods and later states of a recorded pod may wait; a new binding
-    and an unreadable event may not."""
+    """Pending pods, bookmarks and later states of a recorded pod may wait; a new
+    binding and an unreadable event may not."""
     server.script(ListAction([], "1"))
     stream = pod_stream(api)
     handler = stream.handler
@@ -532,12 +532,14 @@ def test_a_bound_pod_not_yet_in_the_ledger_is_urgent(api, server):
     assert handler.urgent({"type": "MODIFIED", "object": placed})
     assert handler.urgent({"type": "ERROR", "object": {"code": 410}})
     assert handler.urgent("garbage")
+    bookmark = {"metadata": {"resourceVersion": "7"}, "kind": "Pod"}
+    assert not handler.urgent({"type": "BOOKMARK", "object": bookmark})
     handler._remember("u-1")
     assert not handler.urgent({"type": "MODIFIED", "object": placed})
 
 
-# No bookmarks (a bookmark has no spec: the handler counts it urgent) and a read
-# timeout past the test's end: nothing but the pods' own events ends a batch.
+# No bookmarks and a read timeout past the test's end: nothing but the pods' own
+# events ends a batch.
 @pytest.mark.parametrize(("bookmark_interval", "read_timeout"), [(None, 120.0)])
 def test_a_running_watch_writes_a_new_binding_at_once_and_lets_later_states_wait(
     api, server, monkeypatch

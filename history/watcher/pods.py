@@ -201,7 +201,10 @@ class PodHandler:
         """A bound pod this process has not entered in the ledger yet (or an
         event it cannot read): written at once, since prioritize counts each
         node's bound pods pod after pod. Later states of a pod (running, ended)
-        may wait for the events behind them (`arrivals.LINGER_SECONDS`)."""
+        may wait for the events behind them (`arrivals.LINGER_SECONDS`), and so
+        may a bookmark."""
+        if isinstance(event, dict) and event.get("type") == "BOOKMARK":
+            return False
         obj = event.get("object") if isinstance(event, dict) else None
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         spec = obj.get("spec") if isinstance(obj, dict) else None
