@@ -330,7 +330,8 @@ def test_warm_starts_over_when_a_change_log_is_full(monkeypatch):
 
 def test_a_placement_costs_the_next_read_only_what_changed():
     """Running pods are followed pod by pod: after a placement or a finish the
-    next read does not read every running pod again, and still agrees."""
+    next read does not read every running pod again, nor the policies and node
+    records (their version did not move), and still agrees."""
     from django.test.utils import CaptureQueriesContext
 
     for i in range(20):
@@ -341,6 +342,7 @@ def test_a_placement_costs_the_next_read_only_what_changed():
     with CaptureQueriesContext(connection) as queries:
         history_reader().read(keys=["ci", "go", "p2"], label="ci-go-p2", nodes=NODES)
     assert not [q for q in queries if "finished_at IS NULL" in q["sql"]], queries
+    assert not [q for q in queries if "history_keypolicy" in q["sql"]], queries
     assert_agree()
 
 

@@ -17,7 +17,8 @@ token); if nothing was, the cache is at least as recent as that look. Otherwise 
 reads the ledger rows added since the watermark and re-reads the rows of the (key,
 node) pairs they name, applies the pods that started or stopped running since
 (`history_podlog`, written by triggers: migration 0010) and re-reads the policies
-and node records (two small tables). SQLite commits one writer at a time, so ids
+and node records (small tables) when their version moved (`history_smalltables`,
+bumped by triggers: migration 0018). SQLite commits one writer at a time, so ids
 become visible in order and none is skipped; ledger ids that went backwards (the
 file was replaced) start the cache over. The pod log is pruned after requests
 (POD_LOG_KEEP rows are kept), and a cache that fell behind the pruned part reads
@@ -37,6 +38,9 @@ from history.labels import placement_keys
 from history.models import CountAdjustment, Placement
 from history.reader.cache import MAX_SYNC_PAIRS, CachedReader
 from history.reader.sql import POD_LOG
+
+# Bumped by triggers on every change of the policies and the node records.
+SMALL_TABLES_VERSION = "history_smalltables"
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +62,7 @@ class SqliteCacheReader(CachedReader):
         self.placement_id: int | None = None
         self.adjustment_id = 0
         self.pod_id = 0
+        self.small_version = 0
         self.pruned_at = time.monotonic()
 
     def sync(self) -> None:
@@ -81,30 +86,39 @@ class SqliteCacheReader(CachedReader):
             if self.placement_id is None or not self._follow_ledger(cursor):
                 self.clear()
                 self._mark(cursor)
-        self.extra_changed()
         setattr(connection, TOKEN, token)
 
     def _mark(self, cursor: CursorWrapper) -> None:
         """Remember where the ledger ends; rows read after this are current."""
-        self.placement_id, self.adjustment_id, self.pod_id = self._ends(cursor)
+        (
+            self.placement_id,
+            self.adjustment_id,
+            self.pod_id,
+            self.small_version,
+        ) = self._ends(cursor)
         self.running_changed()
 
-    def _ends(self, cursor: CursorWrapper) -> tuple[int, int, int]:
-        """The last ids of the placements, the adjustments and the pod log."""
+    def _ends(self, cursor: CursorWrapper) -> tuple[int, int, int, int]:
+        """The last ids of the placements, the adjustments and the pod log, and the
+        version of the small tables (policies, node records: migration 0018)."""
         cursor.execute(
             f"SELECT (SELECT MAX(id) FROM {Placement._meta.db_table}), "
             f"(SELECT MAX(id) FROM {CountAdjustment._meta.db_table}), "
-            f"(SELECT MAX(id) FROM {POD_LOG})"
+            f"(SELECT MAX(id) FROM {POD_LOG}), "
+            f"(SELECT MAX(version) FROM {SMALL_TABLES_VERSION})"
         )
-        placement, adjustment, pod = cursor.fetchone()
-        return placement or 0, adjustment or 0, pod or 0
+        placement, adjustment, pod, small = cursor.fetchone()
+        return placement or 0, adjustment or 0, pod or 0, small or 0
 
     def _follow_ledger(self, cursor: CursorWrapper) -> bool:
         """Re-read the rows of the pairs named by ledger rows added since; False
         when the ledger cannot say (too many rows, or ids went backwards)."""
-        placement, adjustment, _ = self._ends(cursor)
+        placement, adjustment, _, small = self._ends(cursor)
         if placement < (self.placement_id or 0) or adjustment < self.adjustment_id:
             return False
+        if small != self.small_version:
+            self.small_version = small
+            self.extra_changed()
         cursor.execute(
             f"SELECT id, label, node FROM {Placement._meta.db_table} "
             f"WHERE id > %s ORDER BY id LIMIT %s",
