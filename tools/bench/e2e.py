@@ -15,8 +15,9 @@ resumes it and times the binding of them all, then plays each pod's life as its
 kubelet would (Running, then Succeeded), with the watcher running or paused (paused:
 it catches up afterwards). Reported per round, from the scheduler's own /metrics:
 the scheduling algorithm and e2e scheduling durations (mean, p50 and p99 from the
-histograms' buckets), pods per second, and the watcher's CPU seconds per 100 pod
-lifecycles (its utime + stime from /proc). Targets: the extender profile at least
+histograms' buckets), pods per second, the extender's own time per call (from
+ks-scheduler's /metrics), and the watcher's CPU seconds per 100 pod lifecycles (its
+utime + stime from /proc). Targets: the extender profile at least
 0.85x default-scheduler's pods/s at 1 000 and 5 000 nodes; the watcher at most
 0.2 CPU-seconds per 100 pods.
 """
@@ -68,6 +69,10 @@ HISTOGRAMS = {
     "algorithm": "scheduler_scheduling_algorithm_duration_seconds",
     "e2e": "scheduler_e2e_scheduling_duration_seconds",
 }
+# The extender's own time per call (its /metrics, on the web listener): what of the
+# algorithm time is ks-scheduler's answer, and what is kube-scheduler's side of the
+# call (encoding the candidates, the HTTP round trip, decoding the scores).
+EXTENDER_HISTOGRAM = "kssched_extender_request_seconds"
 
 
 def histogram(text: str, name: str) -> dict[float, float]:
@@ -159,10 +164,11 @@ def play_lives(plane: ControlPlane, namespace: str, names: list[str]) -> None:
 
 
 def round_(
-    plane, schedulers, watcher, *, size, kind, watching, pods, rng, tag=""
+    plane, schedulers, watcher, *, size, kind, watching, pods, rng, web_port, tag=""
 ) -> dict:
     """One round: `pods` pods for scheduler `kind`, the watcher running or not."""
     process, port = schedulers[kind]
+    extender_before = scrape(web_port)
     namespace = f"bench-{size}-{kind}-{'w' if watching else 'p'}{tag}"
     plane.ensure_namespace(namespace)
     if not watching:
@@ -184,6 +190,7 @@ def round_(
     process.resume()
     seconds = wait_all_bound(plane, namespace, pods)
     after = scrape(port)
+    extender_after = scrape(web_port)
     play_lives(plane, namespace, names)
     if not watching:
         os.kill(watcher.pid, signal.SIGCONT)
@@ -210,22 +217,35 @@ def round_(
                 histogram(before, name), histogram(after, name)
             ).items()
         }
+    row["extender"] = {
+        k: round(v, 2)
+        for k, v in summarise(
+            histogram(extender_before, EXTENDER_HISTOGRAM),
+            histogram(extender_after, EXTENDER_HISTOGRAM),
+        ).items()
+    }
     return row
 
 
 def table(rows: list[dict]) -> str:
     lines = [
         "| nodes | scheduler | watcher | pods/s | algorithm ms mean / p50 / p99 "
-        "| e2e ms mean / p50 / p99 | watcher CPU s per 100 pods |",
-        "|---|---|---|---|---|---|---|",
+        "| e2e ms mean / p50 / p99 | extender's own ms mean / p50 / p99 "
+        "| watcher CPU s per 100 pods |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        a, e = row["algorithm"], row["e2e"]
+        a, e, x = row["algorithm"], row["e2e"], row.get("extender")
+        own = (
+            f"{x['mean']:.1f} / {x['p50']:.1f} / {x['p99']:.1f}"
+            if x and x["count"]
+            else "-"
+        )
         lines.append(
             f"| {row['nodes']} | {row['scheduler']} | {row['watcher']} "
             f"| {row['pods_per_second']} | {a['mean']:.1f} / {a['p50']:.1f} / "
             f"{a['p99']:.1f} | {e['mean']:.1f} / {e['p50']:.1f} / {e['p99']:.1f} "
-            f"| {row['watcher_cpu_per_100']} |"
+            f"| {own} | {row['watcher_cpu_per_100']} |"
         )
     return "\n".join(lines)
 
@@ -390,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                     watching=True,
                     pods=options.warm_up,
                     rng=rng,
+                    web_port=web_port,
                     tag="-warm-up",
                 )
                 print("warm-up (not in the table):", json.dumps(row))
@@ -407,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
                         watching=watching,
                         pods=options.pods,
                         rng=rng,
+                        web_port=web_port,
                     )
                     rows.append(row)
                     print(json.dumps(row))
