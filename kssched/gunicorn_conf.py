@@ -193,6 +193,18 @@ def child_exit(server: Any, worker: Any) -> None:
         multiprocess.mark_process_dead(worker.pid)
 
 
+def post_worker_init(worker: Any) -> None:
+    """Warm the worker's history cache before it serves (`extender.warmup`), within
+    half the worker timeout, with a heartbeat after each label."""
+    from django.conf import settings
+
+    seconds = min(settings.KSSCHED_WARM_START_SECONDS, SETTINGS.worker_timeout / 2)
+    if seconds > 0:
+        from extender.warmup import warm_start
+
+        warm_start(seconds=seconds, notify=worker.notify)
+
+
 def post_fork(server: Any, worker: Any) -> None:
     """Start each worker without database connections inherited from the master."""
     from django.conf import settings

@@ -303,6 +303,10 @@ KSSCHED_HISTORY_CACHE = ENV["KSSCHED_HISTORY_CACHE"]
 # asked about and the scores derived from them, least recently used keys dropped
 # first. One KeyNode row is about 200 bytes (history.reader.cache).
 KSSCHED_HISTORY_CACHE_MB = ENV["KSSCHED_HISTORY_CACHE_MB"]
+# Before it serves, each web worker scores the labels of the recent placements for
+# at most this long (and at most half KSSCHED_WORKER_TIMEOUT), so that its first
+# calls find the shared label-path prefixes read (extender.warmup); 0: off.
+KSSCHED_WARM_START_SECONDS = ENV["KSSCHED_WARM_START_SECONDS"]
 # The rows of a node out of the pipeline pool this long are removed (prune_nodes,
 # run by the watcher once a day; 0 turns that off).
 KSSCHED_NODE_RETENTION_DAYS = ENV["KSSCHED_NODE_RETENTION_DAYS"]

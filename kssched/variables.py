@@ -145,6 +145,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KSSCHED_WORTH_DAYS", "30", _days("30")),
     Variable("KSSCHED_HISTORY_CACHE", "true", Flag()),
     Variable("KSSCHED_HISTORY_CACHE_MB", "256", Number("a number of MiB", "256")),
+    Variable(
+        "KSSCHED_WARM_START_SECONDS",
+        "8",
+        Number("a number of seconds", "8", above=False),
+    ),
     Variable("KSSCHED_NODE_RETENTION_DAYS", "90", _days("90", above=False)),
     Variable(
         "KSSCHED_LEDGER_RETENTION_DAYS",
