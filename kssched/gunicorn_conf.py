@@ -195,9 +195,13 @@ def child_exit(server: Any, worker: Any) -> None:
 
 def post_worker_init(worker: Any) -> None:
     """Warm the worker's history cache before it serves (`extender.warmup`), within
-    half the worker timeout, with a heartbeat after each label."""
+    half the worker timeout, with a heartbeat after each label. Not for another
+    application served with this file (Django not set up: nothing to warm)."""
+    from django.apps import apps
     from django.conf import settings
 
+    if not apps.ready:
+        return
     seconds = min(settings.KSSCHED_WARM_START_SECONDS, SETTINGS.worker_timeout / 2)
     if seconds > 0:
         from extender.warmup import warm_start

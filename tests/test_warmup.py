@@ -3,13 +3,15 @@ the recent placements are scored once, one per label-path prefix first, so a fre
 worker's first calls find the shared prefixes read. On the test database."""
 
 import time
+import urllib.request
 
 import pytest
 
 from extender import warmup
 from history.reader import history_reader
 from history.reader.cache import CachedReader
-from tests.helpers import log_path, place, run_gunicorn
+from tests.helpers import _running, database_env, log_path, place, run_gunicorn
+from tests.servers import free_port
 from tests.test_listeners import port_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -84,3 +86,33 @@ def test_a_worker_warms_its_cache_before_it_serves():
             time.sleep(0.1)
             text = log_path(f"gunicorn-{port_of(url)}").read_text()
     assert f"Warm start: {len(LABELS)} of {len(LABELS)} recent labels scored" in text
+
+
+def test_another_application_served_with_the_config_boots_without_warming():
+    """The bench's floor, a bare WSGI app under kssched/gunicorn_conf.py: Django is
+    not set up in its workers, so there is nothing to warm and nothing may fail
+    (a warm start that imported the models stopped every worker booting)."""
+    port = free_port()
+    env = {
+        **database_env(),
+        "KSSCHED_LISTENER": "extender",
+        "KSSCHED_EXTENDER_BIND": f"127.0.0.1:{port}",
+        "WEB_CONCURRENCY": "1",
+    }
+    command = [
+        "-m",
+        "gunicorn",
+        "-c",
+        "kssched/gunicorn_conf.py",
+        "tools.bench.floor:application",
+    ]
+    with _running(command, env, [port], f"floor-{port}") as process:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/scheduler/priorities/pipeline",
+            data=b'{"Pod": {}, "NodeNames": ["a"]}',
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 200
+        assert process.poll() is None
+    assert "Worker failed to boot" not in log_path(f"floor-{port}").read_text()
