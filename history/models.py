@@ -192,6 +192,9 @@ class Placement(models.Model):
                 fields=["label", "finished_at"], name="placement_label_active"
             ),
             models.Index(fields=["node", "finished_at"], name="placement_node_active"),
+            # The pods that ended since a time: what the books of warmth's worth
+            # read (`history.worth_feed`), without a scan of the whole ledger.
+            models.Index(fields=["finished_at"], name="placement_finished"),
             # The running pods per node, for the `warm` scoring: only active rows.
             models.Index(
                 fields=["node"],
