@@ -357,6 +357,17 @@ def main(argv: list[str] | None = None) -> int:
     }
     servers = plane.spawn("servers", [sys.executable, "-m", "kssched.serve"], serve_env)
     wait_for_port(extender_port, servers.popen, 60)
+    # Each worker warms its cache before it serves (KSSCHED_WARM_START_SECONDS):
+    # the first round scrapes the web listener, so wait until it answers.
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            scrape(web_port)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     watcher_env = {
         **env,
         "KUBECONFIG": str(plane.kubeconfig("ks-scheduler")),
