@@ -280,6 +280,10 @@ class CachedReader:
         statement for up to REREAD_PAIRS pairs. A key's mapping is changed in place when
         no read holds it (`KeyMemo.lent`), else replaced by a changed copy."""
         wanted = [(key, sorted(nodes)) for key, nodes in pairs.items() if nodes]
+        if not wanted:
+            # No cursor at all: the first of a request runs Django's health check,
+            # a round trip of its own on PostgreSQL.
+            return
         found: dict[tuple[str, str], tuple[int, float, float]] = {}
         with connection.cursor() as cursor:
             for chunk in _chunks(wanted, REREAD_PAIRS):
