@@ -14,6 +14,8 @@ from kssched import variables
 
 # Where kube-scheduler's calls go on both listeners (its `urlPrefix` ends here).
 EXTENDER_PREFIX = "/scheduler/"
+# Where the API server sends admission reviews (webhook mode).
+WEBHOOK_PREFIX = "/webhook/"
 
 # What kssched.serve sets for its gunicorns once it has emptied the metrics directory.
 METRICS_DIR_READY = "KSSCHED_METRICS_DIR_READY"

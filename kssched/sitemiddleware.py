@@ -1,8 +1,10 @@
-"""Django's site middleware, skipped on the extender routes (`/scheduler/...`).
+"""Django's site middleware, skipped on the machines' routes: kube-scheduler's
+(`/scheduler/...`) and the API server's (`/webhook/...`).
 
 Sessions, users and messages serve the admin and the browsable API. kube-scheduler's
-calls need none of them (the extender views carry no authentication), and running
-them cost about a sixth of the fixed time of an extender request. Each class is
+calls and admission reviews need none of them (those views carry no
+authentication), and running them cost about a sixth of the fixed time of an
+extender request. Each class is
 Django's own and behaves exactly like it on every other path; the admin's system
 checks still find them (they are subclasses).
 """
@@ -13,7 +15,9 @@ from django.contrib.sessions import middleware as sessions
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.deprecation import MiddlewareMixin
 
-from kssched.config import EXTENDER_PREFIX
+from kssched.config import EXTENDER_PREFIX, WEBHOOK_PREFIX
+
+MACHINE_PREFIXES = (EXTENDER_PREFIX, WEBHOOK_PREFIX)
 
 
 def _skip_on_extender_routes(
@@ -23,12 +27,12 @@ def _skip_on_extender_routes(
     # its inherited get_response and __call__ return Any.
     class Skipping(middleware_class):  # type: ignore[misc,valid-type]
         def __call__(self, request: HttpRequest) -> HttpResponseBase:
-            if request.path_info.startswith(EXTENDER_PREFIX):
+            if request.path_info.startswith(MACHINE_PREFIXES):
                 return self.get_response(request)  # type: ignore[no-any-return]
             return super().__call__(request)  # type: ignore[no-any-return]
 
     Skipping.__name__ = Skipping.__qualname__ = middleware_class.__name__
-    Skipping.__doc__ = f"{middleware_class.__name__}, except on {EXTENDER_PREFIX}."
+    Skipping.__doc__ = f"{middleware_class.__name__}, except on {MACHINE_PREFIXES}."
     return Skipping
 
 

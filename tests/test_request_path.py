@@ -17,6 +17,7 @@ from extender import parsers, views
 from extender.views import AlwaysTruePredicateView, PipelinePriorityView
 from extender.wire import HostPriorityList, unique_names
 from kssched import middleware
+from tests import admission_reviews
 
 FILTER_URL = "/scheduler/predicates/alwaystrue"
 
@@ -87,10 +88,17 @@ def test_extender_answers_json_whatever_accept_says_and_still_checks_content_typ
     assert response.status_code == 415
 
 
-def test_site_middleware_is_skipped_on_extender_routes_only(client):
+def test_site_middleware_is_skipped_on_the_machines_routes_only(client):
     body = orjson.dumps({"Pod": {}, "Nodes": None, "NodeNames": ["a"]})
     response = client.generic("POST", FILTER_URL, body, "application/json")
     assert response.status_code == 200
+    assert not hasattr(response.wsgi_request, "session")
+    assert not hasattr(response.wsgi_request, "_messages")
+    response = admission_reviews.post(
+        client, admission_reviews.review(admission_reviews.new_pod())
+    )
+    assert response.status_code == 200
+    assert orjson.loads(response.content)["response"]["allowed"] is True
     assert not hasattr(response.wsgi_request, "session")
     assert not hasattr(response.wsgi_request, "_messages")
     response = client.get("/admin/login/")
