@@ -20,6 +20,7 @@ from extender.scoring.scenarios import (
     SCENARIOS,
     Pod,
     Scenario,
+    TrueWorth,
     Workload,
     measured_costs,
     pipeline_costs,
@@ -38,6 +39,7 @@ from extender.scoring.strategies import warm_inputs
 from history.ledger import record_outcome, record_placement
 from history.models import Placement
 from history.reader.memory import MemoryHistory
+from history.worth import MAX_WEIGHT
 
 # A small cluster where warm wins by a clear margin (seed 3; other seeds vary).
 SMALL = Scenario(nodes=12, pipelines=30, runs=800, arrival=22.0, seed=3)
@@ -407,6 +409,27 @@ def test_adaptive_learns_each_pipelines_worth_during_the_run():
     assert bands["off"] > 0 and bands["stronger"] > 0
     assert results["warm"]["weights"] is None
     assert results["adaptive"]["startup_hours"] > 0
+
+
+def test_the_oracle_is_told_each_pipelines_worth_by_the_same_rule():
+    """`oracle`: adaptive's rule fed the workload's own figures, not learned ones."""
+    scenario = with_options(SCENARIOS["worth"], runs=300, seed=4)
+    workload = synthetic_workload(scenario)
+    truth = TrueWorth(workload)
+    labels = sorted(truth.saving, key=truth.saving.get)
+    weights = [truth.estimate(label).weight for label in labels]
+    # Nothing to gain: off; the most to gain: the strongest pull; in order between.
+    assert weights[0] == 0.0 and weights[-1] == MAX_WEIGHT
+    assert weights == sorted(weights)
+    assert truth.estimate("never-seen").weight == 1.0
+    report = run(scenario, ("warm", "oracle"), workload)
+    warm, oracle = report["results"]
+    assert oracle["strategy"] == "oracle" and oracle["weights"] is None
+    assert oracle["time_saved_hours"] != warm["time_saved_hours"]
+    table = simulate_json(
+        "--scenario", "worth", "--runs", "100", "--strategies", "warm,oracle"
+    )
+    assert [r["strategy"] for r in table["results"]] == ["warm", "oracle"]
 
 
 def test_adaptive_stays_with_warm_where_every_pipeline_gains_the_same():

@@ -57,6 +57,7 @@ from extender.scoring.rules import WarmRules
 from extender.scoring.scenarios import (
     Pod,
     Scenario,
+    TrueWorth,
     Workload,
     shared_name_share,
     synthetic_workload,
@@ -68,6 +69,7 @@ from history.reader.memory import MemoryHistory
 from history.worth import WorthBook
 
 __all__ = [
+    "EXTRA_STRATEGIES",
     "STRATEGY_NAMES",
     "format_table",
     "run",
@@ -77,6 +79,9 @@ __all__ = [
 ]
 
 STRATEGY_NAMES = ("none", "seed", "warm", "adaptive", "webhook")
+# On request only: `adaptive` told every pipeline's worth instead of learning it
+# (`scenarios.TrueWorth`), the ceiling of what learning can add.
+EXTRA_STRATEGIES = ("oracle",)
 # The strategies that learn what warmth is worth to each pipeline (`history.worth`)
 # from the outcomes of the pods they placed, as the extender and the webhook do
 # with KSSCHED_WORTH=auto; `warm` is the same scoring with weight 1 throughout.
@@ -156,9 +161,10 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
     admissions: WebhookAdmissions | None = None
     if strategy == "seed":
         scorer = SeedStrategy(reader=history)
-    elif strategy in ("warm", "adaptive"):
+    elif strategy in ("warm", "adaptive", "oracle"):
+        worth = TrueWorth(workload) if strategy == "oracle" else book
         scorer = WarmStrategy(
-            rules=rules, reader=history, half_life=history.half_life, worth=book
+            rules=rules, reader=history, half_life=history.half_life, worth=worth
         )
     elif strategy == "webhook":
         admissions = WebhookAdmissions(
@@ -320,7 +326,9 @@ def run(
     by_name = {result["strategy"]: result for result in results}
     wins = None
     others = [
-        r for name, r in by_name.items() if name not in ("warm", "adaptive", "webhook")
+        r
+        for name, r in by_name.items()
+        if name not in ("warm", "adaptive", "webhook", *EXTRA_STRATEGIES)
     ]
     if "warm" in by_name and others:
         warm = by_name["warm"]

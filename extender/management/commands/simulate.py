@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from extender.scoring.scenarios import SCENARIOS, Scenario, ledger_workload
 from extender.scoring.simulation import (
+    EXTRA_STRATEGIES,
     STRATEGY_NAMES,
     format_table,
     run,
@@ -88,7 +89,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--strategies",
             default=",".join(STRATEGY_NAMES),
-            help=f"comma-separated, from {', '.join(STRATEGY_NAMES)}",
+            help=f"comma-separated, from {', '.join(STRATEGY_NAMES)}; also "
+            "oracle: adaptive told each pipeline's worth, the ceiling of learning",
         )
         parser.add_argument(
             "--from-db",
@@ -107,10 +109,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         strategies = tuple(s for s in options["strategies"].split(",") if s)
-        unknown = sorted(set(strategies) - set(STRATEGY_NAMES))
+        known = STRATEGY_NAMES + EXTRA_STRATEGIES
+        unknown = sorted(set(strategies) - set(known))
         if unknown or not strategies:
             raise CommandError(
-                f"unknown strategies {unknown}; choose from {list(STRATEGY_NAMES)}"
+                f"unknown strategies {unknown}; choose from {list(known)}"
             )
         overrides = {f.name: options[f.name] for f in dataclasses.fields(Scenario)}
         self._check(overrides)
