@@ -34,7 +34,7 @@ from extender.scoring.rules import (
     WarmRules,
     band_position,
     best_segment,
-    excess_load,
+    excess_over,
     load_allowed,
     load_points,
     seed_score,
@@ -286,16 +286,26 @@ def warm_fast(
     asked = set(nodes)
     special &= asked
     loaded = (loaded & asked) - special
-    changed = warm_exact(history, special, nodes, now, half_life, rules, policy)
+    changed = warm_exact(
+        history, special, nodes, now, half_life, rules, policy, allowed
+    )
     if loaded:
         # Settled nodes under load, with no pod of the label and no rule: only the
-        # load penalty applies (`warm_penalties` with no active pod, weight 1).
+        # load penalty applies (`warm_penalties` with no active pod, weight 1). It
+        # depends on the base score and the pod count alone, so it is worked out
+        # once per pair: a cluster running thousands of pipeline pods has
+        # thousands of such nodes and a few dozen pairs.
         bases = dict(zip(nodes, scores, strict=True))
         assert allowed is not None
+        after: dict[tuple[int, int], int] = {}
         for node in loaded:
-            base = bases[node]
-            excess = busy[node] - allowed
-            changed[node] = base - load_points(base, excess, rules, policy.pull)
+            pair = (bases[node], busy[node])
+            score = after.get(pair)
+            if score is None:
+                base, pods = pair
+                points = load_points(base, pods - allowed, rules, policy.pull)
+                score = after[pair] = base - points
+            changed[node] = score
     return list(map(changed.get, nodes, scores))
 
 
@@ -317,12 +327,14 @@ def warm_exact(
     half_life: float,
     rules: WarmRules,
     policy: Policy,
+    allowed: float | None,
 ) -> dict[str, int]:
     """The `warm` scores of the `asked` nodes among the candidate `nodes`, each
-    worked out from its rows weighed at `now` (as `rules.warm_explain` does)."""
+    worked out from its rows weighed at `now` (as `rules.warm_explain` does);
+    `allowed` is `rules.load_allowed` of `nodes`."""
     where = positions(history.keys)
     segments = len(history.keys)
-    excess = excess_load(history.busy, nodes, rules)
+    excess = excess_over(history.busy, allowed)
     active, rule = history.active, policy.nodes.get
     found = {}
     for node in asked:

@@ -326,7 +326,13 @@ def excess_load(
     busy: Mapping[str, int] | None, nodes: Sequence[str], rules: WarmRules
 ) -> Callable[[str], float]:
     """node -> active pipeline pods beyond the mean of `nodes` plus the slack."""
-    allowed = load_allowed(busy, nodes, rules)
+    return excess_over(busy, load_allowed(busy, nodes, rules))
+
+
+def excess_over(
+    busy: Mapping[str, int] | None, allowed: float | None
+) -> Callable[[str], float]:
+    """node -> active pipeline pods beyond `allowed` (`load_allowed`'s)."""
     if busy is None or allowed is None:
         return lambda node: 0.0
     return lambda node: max(0.0, busy.get(node, 0) - allowed)
