@@ -4,9 +4,8 @@
 Sessions, users and messages serve the admin and the browsable API. kube-scheduler's
 calls and admission reviews need none of them (those views carry no
 authentication), and running them cost about a sixth of the fixed time of an
-extender request. Each class is
-Django's own and behaves exactly like it on every other path; the admin's system
-checks still find them (they are subclasses).
+extender request. Each class is Django's own and behaves exactly like it on every
+other path; the admin's system checks still find them (they are subclasses).
 """
 
 from django.contrib.auth import middleware as auth
@@ -20,7 +19,7 @@ from kssched.config import EXTENDER_PREFIX, WEBHOOK_PREFIX
 MACHINE_PREFIXES = (EXTENDER_PREFIX, WEBHOOK_PREFIX)
 
 
-def _skip_on_extender_routes(
+def _skip_on_machine_routes(
     middleware_class: type[MiddlewareMixin],
 ) -> type[MiddlewareMixin]:
     # mypy cannot use a parameter as a base class: Skipping's base is Any to it, so
@@ -36,6 +35,6 @@ def _skip_on_extender_routes(
     return Skipping
 
 
-SessionMiddleware = _skip_on_extender_routes(sessions.SessionMiddleware)
-AuthenticationMiddleware = _skip_on_extender_routes(auth.AuthenticationMiddleware)
-MessageMiddleware = _skip_on_extender_routes(messages.MessageMiddleware)
+SessionMiddleware = _skip_on_machine_routes(sessions.SessionMiddleware)
+AuthenticationMiddleware = _skip_on_machine_routes(auth.AuthenticationMiddleware)
+MessageMiddleware = _skip_on_machine_routes(messages.MessageMiddleware)
