@@ -26,6 +26,7 @@ def test_a_round_beyond_the_burst_is_held_to_the_client_rate_limit():
     assert e2e.rate_limit_ceiling(200) == pytest.approx(100.0)
     assert e2e.rate_limit_ceiling(400) == pytest.approx(400 / 6)
     assert e2e.rate_limit_ceiling(100) == float("inf")
+    assert e2e.rate_limit_ceiling(600, qps=100, burst=200) == pytest.approx(150.0)
 
 
 def test_repeated_rounds_are_reported_by_their_medians():
@@ -54,8 +55,12 @@ def test_repeated_rounds_are_reported_by_their_medians():
     )
     ceiling = [line for line in lines if "client rate limit" in line]
     assert ceiling == [
-        "1000 nodes, default-scheduler: 96.0 pods/s is 96% of the most "
-        "kube-scheduler's client rate limit lets a round of 200 pods bind "
-        "(100 pods/s: a burst of 100, then 50 a second), not its scheduling speed"
+        "1000 nodes, default-scheduler: 96.0 pods/s, 96% of the 100 pods/s that "
+        "kube-scheduler's client rate limit lets a round of 200 pods bind (a burst "
+        "of 100, then 50 a second)"
     ]
+    # With the limit raised (bench-e2e --client-qps 1000 --client-burst 2000), a
+    # round of 200 pods is inside the burst: no ceiling to state.
+    raised = e2e.verdicts(rows, qps=1000, burst=2000)
+    assert not [line for line in raised if "client rate limit" in line]
     assert "  1000 nodes, ks-scheduler, watcher running: 70.0 / 84.0 / 80.0" in lines

@@ -533,15 +533,19 @@ class ControlPlane:
         args: Iterable[str] = (),
         user: str = "ks-scheduler",
         lease: str = "ks-scheduler",
+        client: tuple[float, int] | None = None,
     ) -> tuple[Process, int]:
         """kube-scheduler with `config` (a KubeSchedulerConfiguration, its
-        clientConnection and serving addresses filled in here) or with flags only.
+        clientConnection and serving addresses filled in here) or with flags only;
+        `client` sets its API client's (qps, burst) instead of the defaults (50, 100).
         Returns the process and the port of its plain-HTTP /metrics and /healthz."""
         port = free_port()
         argv = [str(self.bin_dir / "kube-scheduler"), "--secure-port=0", "--v=1"]
         if config is not None:
             path = self.workdir / f"{name}-config.json"
-            path.write_text(_scheduler_config(config, self.kubeconfig(user), port))
+            path.write_text(
+                _scheduler_config(config, self.kubeconfig(user), port, client)
+            )
             argv.append(f"--config={path}")
         else:
             argv += [
@@ -549,6 +553,8 @@ class ControlPlane:
                 f"--port={port}",
                 "--address=127.0.0.1",
             ]
+            if client is not None:
+                argv += [f"--kube-api-qps={client[0]}", f"--kube-api-burst={client[1]}"]
         argv += list(args)
         # The Lease of a scheduler stopped before is not released (1.20 does not):
         # the new one takes it now rather than after its 15 s.
@@ -559,15 +565,20 @@ class ControlPlane:
         return process, port
 
 
-def _scheduler_config(text: str, kubeconfig: Path, port: int) -> str:
+def _scheduler_config(
+    text: str, kubeconfig: Path, port: int, client: tuple[float, int] | None = None
+) -> str:
     """The deploy/ configuration, as JSON, made to run here: 1.20 serves
-    kubescheduler.config.k8s.io/v1beta1, the client is our kubeconfig, and health
-    and metrics listen on `port` (plain HTTP on loopback)."""
+    kubescheduler.config.k8s.io/v1beta1, the client is our kubeconfig (with
+    `client`'s qps and burst when given), and health and metrics listen on `port`
+    (plain HTTP on loopback)."""
     import yaml
 
     document = yaml.safe_load(text)
     document["apiVersion"] = "kubescheduler.config.k8s.io/v1beta1"
     document["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    if client is not None:
+        document["clientConnection"].update(qps=client[0], burst=client[1])
     document["healthzBindAddress"] = f"127.0.0.1:{port}"
     document["metricsBindAddress"] = f"127.0.0.1:{port}"
     return json.dumps(document)
