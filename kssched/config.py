@@ -31,6 +31,7 @@ NAMES = (
     "KSSCHED_EXTENDER_READ_TIMEOUT",
     "KSSCHED_WORKER_TIMEOUT",
     "KSSCHED_GRACEFUL_TIMEOUT",
+    "KSSCHED_KEEPALIVE",
     "KSSCHED_ACCESS_LOG",
     "KSSCHED_LOG_FORMAT",
     "KSSCHED_TLS_CERT_FILE",
@@ -51,6 +52,7 @@ class ServerConfig:
     extender_read_timeout: float
     worker_timeout: int
     graceful_timeout: int
+    keepalive: int
     access_log: bool
     log_format: str
     tls_cert_file: str
@@ -89,6 +91,7 @@ def from_parsed(parsed: Mapping[str, Any]) -> ServerConfig:
         extender_read_timeout=parsed["KSSCHED_EXTENDER_READ_TIMEOUT"],
         worker_timeout=parsed["KSSCHED_WORKER_TIMEOUT"],
         graceful_timeout=parsed["KSSCHED_GRACEFUL_TIMEOUT"],
+        keepalive=parsed["KSSCHED_KEEPALIVE"],
         access_log=parsed["KSSCHED_ACCESS_LOG"],
         log_format=parsed["KSSCHED_LOG_FORMAT"],
         tls_cert_file=parsed["KSSCHED_TLS_CERT_FILE"],

@@ -89,9 +89,11 @@ worker_connections = 1000
 # never yields to gevent, so a second one would only warm a second cache.
 _POSTGRES = variables.read(_ENV)["DATABASE_URL"].startswith(("postgres", "pgsql"))
 threads = 2 if LISTENER == "web" and _POSTGRES else 1
-# One request per connection (`Connection: close`): the deadline is per connection,
-# and kube-scheduler never reuses a connection that gunicorn is about to close.
-keepalive = 0
+# Seconds a connection waits for its next request (0: one request per connection).
+# Longer than Go's 90 s idle timeout (kube-scheduler's and the API server's clients):
+# the client closes an idle connection first, so a call is never sent on one that
+# gunicorn is closing. A stopping worker closes its idle connections at once.
+keepalive = SETTINGS.keepalive
 if LISTENER == "extender":
     # On loopback only, unless gunicorn verifies client certificates (checked by
     # kssched.variables).

@@ -233,6 +233,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "KSSCHED_GRACEFUL_TIMEOUT", "20", _count("20", what="a whole number of seconds")
     ),
+    Variable(
+        "KSSCHED_KEEPALIVE",
+        "100",
+        _count("100", minimum=0, what="a whole number of seconds"),
+    ),
     Variable("KSSCHED_ACCESS_LOG", "0", Flag()),
     Variable("KSSCHED_TLS_CERT_FILE", "", Text("a file path")),
     Variable("KSSCHED_TLS_KEY_FILE", "", Text("a file path")),

@@ -1,12 +1,14 @@
 """gunicorn's gevent worker with a read deadline: a connection's TLS handshake, head
-and body must arrive within the listener's read timeout. Requests read whole run in
-`threads` application greenlets, which keep their database connections."""
+and body must arrive within the listener's read timeout (a kept-alive connection's
+next head within `keepalive`, its body within the read timeout). Requests read whole
+run in `threads` application greenlets, which keep their database connections."""
 
 import contextlib
 import io
 import json
 import ssl
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -41,6 +43,10 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
         )
         self.application: Callable[..., Iterable[bytes]] = vars(self)["wsgi"]
         self.jobs: Jobs = gevent.queue.Queue()
+        # Each connection's greenlet and its latest wait for a next request.
+        self.idle: weakref.WeakKeyDictionary[Any, gevent.Timeout] = (
+            weakref.WeakKeyDictionary()
+        )
         for _ in range(self.cfg.threads):
             gevent.spawn(self.run_jobs)
         self.wsgi = self.read_then_call
@@ -53,25 +59,43 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
             except Exception:  # this greenlet must outlive any answer's close
                 self.log.exception("Error in the application greenlet")
 
-    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+    def deadline(self) -> gevent.Timeout:
         why = ReadTimeout(f"request not received within {self.read_timeout:g} s")
-        deadline = gevent.Timeout.start_new(self.read_timeout, why)
-        token = _deadline.set(deadline)
-        try:
+        return gevent.Timeout.start_new(self.read_timeout, why)
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        with self.deadline() as deadline:  # each greenlet has a context of its own
+            _deadline.set(deadline)
             super().handle(listener, client, addr)
-        finally:
-            deadline.close()
-            _deadline.reset(token)
+
+    @contextlib.contextmanager
+    def timeout_ctx(self) -> Iterator[None]:
+        """The wait for a kept-alive connection's next request head: `keepalive`
+        seconds at most, none once the worker stops (the client reconnects)."""
+        first = (deadline := _deadline.get()) is not None and deadline.pending
+        seconds = self.cfg.keepalive if self.alive else 0
+        with gevent.Timeout(seconds, False) as wait:  # type: ignore[arg-type]
+            if not first:
+                self.idle[gevent.getcurrent()] = wait
+            yield
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """Stop: connections waiting for a next request are closed at once (the
+        wait is thrown from the hub, into greenlets still in it)."""
+        super().handle_exit(sig, frame)
+        for greenlet, wait in list(self.idle.items()):
+            gevent.get_hub().loop.run_callback(_end_wait, greenlet, wait)
 
     def read_then_call(self, environ: dict[str, Any], start_response: Any) -> Any:
-        """The application's answer, once the body is read: the deadline ends."""
-        stream = environ["wsgi.input"]
-        body = stream.read(self.body_limit + 1)
-        while len(body) > self.body_limit and stream.read(65536):
-            pass  # drained, so that the client reads its 413
+        """The application's answer, once the body is read within the deadline."""
+        if (deadline := _deadline.get()) is None or not deadline.pending:
+            _deadline.set(deadline := self.deadline())  # a kept-alive connection
+        with deadline:
+            stream = environ["wsgi.input"]
+            body = stream.read(self.body_limit + 1)
+            while len(body) > self.body_limit and stream.read(65536):
+                pass  # drained, so that the client reads its 413
         environ["wsgi.input"] = io.BytesIO(body)
-        if (deadline := _deadline.get()) is not None:
-            deadline.close()
         answered: gevent.event.AsyncResult[_Sent] = gevent.event.AsyncResult()
 
         def call() -> None:
@@ -111,6 +135,11 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
         code = int(status) if status.isdigit() else 500
         metrics.count_extender_error(path, "exception" if code >= 500 else code)
         _send(client, code, reason, str(exc) if code < 500 else "")
+
+
+def _end_wait(greenlet: Any, wait: gevent.Timeout) -> None:
+    if wait.pending:  # the greenlet is still in the wait
+        greenlet.throw(wait)
 
 
 class _Sent(list[bytes]):

@@ -39,8 +39,8 @@ def test_gunicorn_answers_prioritize_and_filter(gunicorn_server):
         {"Host": "worker-2", "Score": 1},
         {"Host": "worker-1", "Score": 10},
     ]
-    # Sync workers close the connection: kube-scheduler never reuses a stale one.
-    assert response_headers.get("Connection", "").lower() == "close"
+    # Kept for kube-scheduler's next call (KSSCHED_KEEPALIVE, 100 s by default).
+    assert response_headers.get("Connection", "").lower() == "keep-alive"
 
     status, _, body = request(
         gunicorn_server,

@@ -25,6 +25,7 @@ PRIORITIZE = "/scheduler/priorities/pipeline"
 FILTER = "/scheduler/predicates/alwaystrue"
 # A request line and half a header, then nothing: what a stalled client sends.
 PARTIAL = b"POST /scheduler/priorities/pipeline HTTP/1.1\r\nHost: localhost\r\nCont"
+HEADERS = {"Content-Type": "application/json", "Host": "localhost"}
 
 
 def port_of(url: str) -> int:
@@ -306,6 +307,77 @@ def test_a_stalled_body_on_the_extender_listener_is_answered_408_in_json():
         )
         assert dropped == 1
         assert call(extender, "GET", "/healthz")[0] == 200
+
+
+# --- kept-alive connections -----------------------------------------------------------
+
+
+def test_both_listeners_keep_a_connection_for_the_next_call_and_a_stop_closes_it():
+    """kube-scheduler's and the API server's Go clients reuse a connection while the
+    server keeps it: each listener answers call after call on one socket. A stopping
+    server closes those idle connections at once rather than waiting its graceful
+    timeout for them (30 s here, with the keep-alive at its 100 s default)."""
+    body = load_fixture("prioritize-nodenames.json")
+    env = {"KSSCHED_GRACEFUL_TIMEOUT": "30"}
+    with run_servers(env, web_workers=1, extender_workers=1) as (web, extender, serve):
+        kept = []
+        for url in (extender, web):
+            conn = http.client.HTTPConnection("127.0.0.1", port_of(url), timeout=10)
+            for number in range(3):
+                conn.request("POST", PRIORITIZE, body, HEADERS)
+                response = conn.getresponse()
+                assert response.status == 200, response.read()
+                assert response.getheader("Connection") == "keep-alive"
+                response.read()
+                if number == 0:
+                    sock = conn.sock
+                assert conn.sock is sock  # the same connection throughout
+            kept.append(sock)
+        started = time.monotonic()
+        serve.terminate()
+        serve.wait(timeout=60)
+        assert time.monotonic() - started < 15
+        for sock in kept:
+            assert is_closed_by_server(sock, 1)
+
+
+def test_a_kept_connection_waits_keepalive_then_reads_a_body_within_the_timeout():
+    """After an answer the connection waits KSSCHED_KEEPALIVE seconds for the next
+    request, then is closed; a next request whose body stalls is answered `408`
+    within the read timeout, like a first one."""
+    env = {"KSSCHED_KEEPALIVE": "1", "KSSCHED_EXTENDER_READ_TIMEOUT": "1"}
+    healthz = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    with run_servers(env, web_workers=1, extender_workers=1) as (web, extender, _):
+        for url in (extender, web):
+            sock = socket.create_connection(("127.0.0.1", port_of(url)), timeout=10)
+            sock.sendall(healthz)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            assert not is_closed_by_server(sock, 0.3)
+            assert is_closed_by_server(sock, 5)
+            sock.close()
+        started = time.monotonic()
+        answer = raw_exchange(
+            extender,
+            healthz + b"POST /scheduler/priorities/pipeline HTTP/1.1\r\n"
+            b"Host: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 5000\r\n\r\n{",
+        )
+        assert time.monotonic() - started < 10
+        first, _, second = answer.partition(b"HTTP/1.1 408 ")
+        assert first.startswith(b"HTTP/1.1 200 "), answer[:300]
+        assert b"Content-Type: application/json" in second, answer[:600]
+
+
+def test_keepalive_0_answers_one_request_per_connection():
+    body = load_fixture("prioritize-nodenames.json")
+    with run_servers({"KSSCHED_KEEPALIVE": "0"}, 1, 1) as (web, extender, _):
+        for url in (extender, web):
+            conn = http.client.HTTPConnection("127.0.0.1", port_of(url), timeout=10)
+            conn.request("POST", PRIORITIZE, body, HEADERS)
+            response = conn.getresponse()
+            assert response.status == 200
+            assert response.getheader("Connection") == "close"
+            conn.close()
 
 
 # --- metrics and logs, however the server is started ----------------------------------

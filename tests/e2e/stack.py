@@ -37,6 +37,19 @@ def servers(plane: ControlPlane | None = None, **extra: str):
         yield running
 
 
+def kept_connections(url: str) -> set[int]:
+    """The client ports of the connections to `url`'s port that are open now
+    (/proc/net/tcp: local port in hex, state 01 = established)."""
+    port = f"{int(url.rsplit(':', 1)[1]):04X}"
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return {
+        int(row[2].split(":")[1], 16)
+        for row in rows
+        if row[1].split(":")[1] == port and row[3] == "01"
+    }
+
+
 @contextmanager
 def watcher(plane: ControlPlane, workdir: Path, *args: str, name="watcher", **extra):
     """`manage.py watch_pods` with the ks-scheduler ServiceAccount's kubeconfig."""

@@ -71,12 +71,16 @@ def test_kube_scheduler_binds_pipeline_pods_where_they_ran(
             scheduler, _port = plane.start_scheduler(f"ks-{variant}", config=config)
         try:
             before = calls(web, PRIORITIZE), calls(web, FILTER)
-            placed = {}
+            placed, kept = {}, []
             for i in range(3):
                 uid, node = stack.run_pod(plane, namespace, f"run-{i}", label=LABEL)
                 placed[uid] = node
+                kept.append(stack.kept_connections(extender))
             # Each run finished before the next: the node that ran it is warm and idle.
             assert set(placed.values()) == {nodes[2]}, placed
+            # kube-scheduler made its later calls on the connection of its first
+            # (the listeners keep connections: KSSCHED_KEEPALIVE).
+            assert kept[0] & kept[2], kept
             # kube-scheduler called prioritize once per pod (and filter, when set).
             time.sleep(1)  # a worker's metrics are written as its answer is sent
             assert calls(web, PRIORITIZE) - before[0] == 3

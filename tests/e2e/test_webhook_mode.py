@@ -90,12 +90,13 @@ def test_patches_are_accepted_and_a_pipeline_run_back_to_back_stays_warm(
 ):
     """Each run has Succeeded (and the ledger recorded its end) before the next is
     created: none of them may count as running, so every run gets the same weight
-    on the warm node and lands there."""
+    on the warm node and lands there. The API server sends its reviews on one kept
+    connection (no TLS handshake per pod)."""
     plane = control_plane
-    nodes, _web, _ = webhook
+    nodes, web, _ = webhook
     scheduler = _default_scheduler(plane)
     try:
-        weights, placed = [], []
+        weights, placed, kept = [], [], []
         for run in range(5):
             uid, node = stack.run_pod(
                 plane,
@@ -107,9 +108,11 @@ def test_patches_are_accepted_and_a_pipeline_run_back_to_back_stays_warm(
             )
             weights.append(_affinity(plane.pod(namespace, f"run-{run}")))
             placed.append(node)
+            kept.append(stack.kept_connections(web))
             assert stack.wait_finished({uid})
     finally:
         scheduler.stop()
+    assert kept[0] & kept[-1], kept
     assert all(weight == weights[0] for weight in weights), weights
     assert weights[0][nodes[1]] == 100 and weights[0][nodes[2]] < 100
     assert placed == [nodes[1]] * 5
