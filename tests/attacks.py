@@ -23,6 +23,7 @@ def kinds(path: str) -> dict[str, bytes]:
     head = (
         f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
     )
+    kept = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
     return {
         "idle": b"",
         "half_head": head.encode()[:-20],
@@ -31,6 +32,10 @@ def kinds(path: str) -> dict[str, bytes]:
         "chunked_body": (
             head + "Transfer-Encoding: chunked\r\n\r\n" + "fa0\r\n" + '{"Pod": '
         ).encode(),
+        # One whole request, answered; then the connection kept and nothing more, or
+        # half of a second request's sized body.
+        "kept_idle": kept,
+        "kept_body": kept + (head + "Content-Length: 4000\r\n\r\n{").encode(),
     }
 
 
@@ -43,6 +48,8 @@ ATTACKS: dict[str, list[tuple[str, int]]] = {
     "chunked heads 20": [("chunked_head", 20)],
     "sized bodies 20": [("sized_body", 20)],
     "chunked bodies 20": [("chunked_body", 20)],
+    "kept-alive idle 20": [("kept_idle", 20)],
+    "kept-alive bodies 20": [("kept_body", 20)],
     "mixed 4x10": [
         ("chunked_head", 10),
         ("sized_body", 10),
@@ -140,6 +147,46 @@ def request(
         return 0, time.perf_counter() - started
     finally:
         conn.close()
+
+
+class Client:
+    """Calls on one connection, reused while the server keeps it open and opened
+    again once it closes it, as Go's http.Transport (kube-scheduler, the API server)
+    uses one; with `reuse=False`, each call on a new connection."""
+
+    def __init__(
+        self,
+        port: int,
+        context: ssl.SSLContext | None = None,
+        timeout: float = 5.0,
+        reuse: bool = True,
+    ) -> None:
+        self.reuse = reuse
+        if context is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        else:
+            self.conn = http.client.HTTPSConnection(
+                "127.0.0.1", port, timeout=timeout, context=context
+            )
+
+    def call(
+        self, method: str, path: str, body: bytes | None = None
+    ) -> tuple[int, float]:
+        """(status, seconds) of one call; status 0 when it failed."""
+        started = time.perf_counter()
+        try:
+            self.conn.request(method, path, body, {"Content-Type": "application/json"})
+            response = self.conn.getresponse()
+            response.read()
+            if not self.reuse:
+                self.conn.close()
+            return response.status, time.perf_counter() - started
+        except (OSError, http.client.HTTPException):
+            self.conn.close()
+            return 0, time.perf_counter() - started
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 @dataclass

@@ -26,6 +26,7 @@ from tests.attacks import (
     PRIORITIZE,
     TLS_ATTACKS,
     WEBHOOK,
+    Client,
     attack,
     kinds,
     measure,
@@ -89,15 +90,19 @@ def table(name, port, attacks, sent, honest, probe, seconds, context=None) -> No
         print(f"  {attack_name:20s} {under.row()}  ({ratio:.2f}x)", flush=True)
 
 
-def throughput(port: int, clients: int, seconds: float) -> float:
+def throughput(port: int, clients: int, seconds: float, reuse: bool = True) -> float:
     done, stop_at = [0], time.monotonic() + seconds
     lock = threading.Lock()
 
     def client() -> None:
+        # Each client keeps its connection while the server does, as the API
+        # server's webhook client does (unless `reuse` is False).
+        caller = Client(port, reuse=reuse)
         while time.monotonic() < stop_at:
-            if request(port, "POST", WEBHOOK, REVIEW)[0] == 200:
+            if caller.call("POST", WEBHOOK, REVIEW)[0] == 200:
                 with lock:
                     done[0] += 1
+        caller.close()
 
     with ThreadPoolExecutor(clients) as pool:
         for _ in range(clients):
