@@ -31,6 +31,13 @@ class ReadTimeout(Exception):
 class DeadlineWorker(GeventWorker):  # type: ignore[misc]
     """gunicorn's gevent worker, reading each request within a deadline."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Each connection's greenlet and its latest wait for a next request.
+        self.idle: weakref.WeakKeyDictionary[Any, gevent.Timeout] = (
+            weakref.WeakKeyDictionary()
+        )
+
     def load_wsgi(self) -> None:
         super().load_wsgi()
         from django.conf import settings
@@ -43,10 +50,6 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
         )
         self.application: Callable[..., Iterable[bytes]] = vars(self)["wsgi"]
         self.jobs: Jobs = gevent.queue.Queue()
-        # Each connection's greenlet and its latest wait for a next request.
-        self.idle: weakref.WeakKeyDictionary[Any, gevent.Timeout] = (
-            weakref.WeakKeyDictionary()
-        )
         for _ in range(self.cfg.threads):
             gevent.spawn(self.run_jobs)
         self.wsgi = self.read_then_call
@@ -71,9 +74,10 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]
     @contextlib.contextmanager
     def timeout_ctx(self) -> Iterator[None]:
         """The wait for a kept-alive connection's next request head: `keepalive`
-        seconds at most, none once the worker stops (the client reconnects)."""
+        seconds at most, none once the worker stops (the client reconnects); a
+        connection's first request has its deadline."""
         first = (deadline := _deadline.get()) is not None and deadline.pending
-        seconds = self.cfg.keepalive if self.alive else 0
+        seconds = self.cfg.keepalive if self.alive or first else 0
         with gevent.Timeout(seconds, False) as wait:  # type: ignore[arg-type]
             if not first:
                 self.idle[gevent.getcurrent()] = wait

@@ -188,7 +188,8 @@ def chunked_post_until_answered(url, path, body, piece=8192):
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         head = (
             f"POST {path} HTTP/1.1\r\nHost: localhost\r\n"
-            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            "Connection: close\r\n\r\n"  # the answer is read to the end below
         )
         sock.sendall(head.encode())
         for start in range(0, len(body), piece):

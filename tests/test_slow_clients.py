@@ -272,7 +272,8 @@ def test_a_client_that_waits_for_100_continue_gets_it():
             sock.sendall(
                 f"POST {PRIORITIZE} HTTP/1.1\r\nHost: localhost\r\n"
                 "Content-Type: application/json\r\nExpect: 100-continue\r\n"
-                f"Content-Length: {len(prioritize)}\r\n\r\n".encode()
+                f"Content-Length: {len(prioritize)}\r\n"
+                "Connection: close\r\n\r\n".encode()
             )
             assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
             sock.sendall(prioritize)
