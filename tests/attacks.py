@@ -131,22 +131,7 @@ def request(
     timeout: float = 5.0,
 ) -> tuple[int, float]:
     """(status, seconds) of one call on a new connection; status 0 when it failed."""
-    if context is None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    else:
-        conn = http.client.HTTPSConnection(
-            "127.0.0.1", port, timeout=timeout, context=context
-        )
-    started = time.perf_counter()
-    try:
-        conn.request(method, path, body, {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        response.read()
-        return response.status, time.perf_counter() - started
-    except OSError:
-        return 0, time.perf_counter() - started
-    finally:
-        conn.close()
+    return Client(port, context, timeout, reuse=False).call(method, path, body)
 
 
 class Client:
