@@ -22,6 +22,7 @@ from extender.scoring.scenarios import (
     Scenario,
     TrueWorth,
     Workload,
+    held_only,
     measured_costs,
     pipeline_costs,
     pipeline_labels,
@@ -430,6 +431,24 @@ def test_the_oracle_is_told_each_pipelines_worth_by_the_same_rule():
         "--scenario", "worth", "--runs", "100", "--strategies", "warm,oracle"
     )
     assert [r["strategy"] for r in table["results"]] == ["warm", "oracle"]
+
+
+def test_the_cache_oracle_also_knows_which_caches_still_hold_the_workspaces():
+    """`oracle-cache`: the oracle's weights, and a node whose cache holds none of the
+    pod's workspaces scored cold whatever its history says (issue 32's ceiling)."""
+    keys = ["java-*", "java-maven-*", "java-maven-app$"]
+    caches = [{"java-maven-app$"}, {"java-*"}, set(), {"go-*"}, set()]
+    assert held_only([9, 7, 6, 4, 0], caches, keys) == [9, 7, 1, 1, 0]
+    scenario = with_options(SCENARIOS["worth"], runs=300, seed=5)
+    report = run(scenario, ("oracle", "oracle-cache"))
+    oracle, cached = report["results"]
+    assert cached["strategy"] == "oracle-cache" and cached["weights"] is None
+    # Knowing what the caches still hold saves more than knowing the worth alone.
+    assert cached["time_saved_hours"] > oracle["time_saved_hours"]
+    table = simulate_json(
+        "--scenario", "worth", "--runs", "100", "--strategies", "oracle-cache"
+    )
+    assert [r["strategy"] for r in table["results"]] == ["oracle-cache"]
 
 
 def test_adaptive_stays_with_warm_where_every_pipeline_gains_the_same():

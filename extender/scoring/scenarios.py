@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 
-from extender.scoring.rules import WarmRules
+from extender.scoring.rules import NO_HISTORY_SCORE, WarmRules
 from history.labels import split_pipeline_label
 from history.models import Placement
 from history.worth import MIN_UNIT, Estimate, weight_for
@@ -426,3 +427,15 @@ class TrueWorth:
             label, {}, None, None, None, None, saving, worth, None, worth,
             {"cold": self.unit}, weight_for(worth), "the workload's own figure",
         )  # fmt: skip
+
+
+def held_only(
+    scores: list[int], caches: Sequence[Container[str]], keys: Sequence[str]
+) -> list[int]:
+    """`scores` with each node whose cache (in the same order) holds none of `keys`
+    cut to the cold score, NO_HISTORY_SCORE: its warmth is gone, whatever its history
+    says."""
+    return [
+        score if any(key in cache for key in keys) else min(score, NO_HISTORY_SCORE)
+        for score, cache in zip(scores, caches, strict=True)
+    ]

@@ -59,6 +59,7 @@ from extender.scoring.scenarios import (
     Scenario,
     TrueWorth,
     Workload,
+    held_only,
     shared_name_share,
     synthetic_workload,
 )
@@ -79,9 +80,11 @@ __all__ = [
 ]
 
 STRATEGY_NAMES = ("none", "seed", "warm", "adaptive", "webhook")
-# On request only: `adaptive` told every pipeline's worth instead of learning it
-# (`scenarios.TrueWorth`), the ceiling of what learning can add.
-EXTRA_STRATEGIES = ("oracle",)
+# On request only: `oracle` is `adaptive` told every pipeline's worth instead of
+# learning it (`scenarios.TrueWorth`), the ceiling of what learning can add;
+# `oracle-cache` is also told which nodes' caches still hold any of the pod's
+# workspaces (`held_only`), which no placement history says.
+EXTRA_STRATEGIES = ("oracle", "oracle-cache")
 # The strategies that learn what warmth is worth to each pipeline (`history.worth`)
 # from the outcomes of the pods they placed, as the extender and the webhook do
 # with KSSCHED_WORTH=auto; `warm` is the same scoring with weight 1 throughout.
@@ -161,8 +164,8 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
     admissions: WebhookAdmissions | None = None
     if strategy == "seed":
         scorer = SeedStrategy(reader=history)
-    elif strategy in ("warm", "adaptive", "oracle"):
-        worth = TrueWorth(workload) if strategy == "oracle" else book
+    elif strategy in ("warm", "adaptive", *EXTRA_STRATEGIES):
+        worth = TrueWorth(workload) if strategy in EXTRA_STRATEGIES else book
         scorer = WarmStrategy(
             rules=rules, reader=history, half_life=history.half_life, worth=worth
         )
@@ -181,15 +184,19 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
     # Webhook mode: the terms each pending pod was admitted with, by id(pod).
     terms: dict[int, dict[str, int]] = {}
 
-    def extra_points(pod: Pod, candidates: list[str], now: float) -> list[int]:
+    def extra_points(pod: Pod, scored: list[int], now: float) -> list[int]:
         """What kube-scheduler adds to least-allocated: the extender's score x
         weight x 10, or NodeAffinity's for the webhook's terms."""
+        candidates = [names[i] for i in scored]
         if admissions is not None:
             return affinity_points(terms.pop(id(pod)), candidates)
         if scorer is None:
             return [0] * len(candidates)
         weight = scenario.weight * 10
         scores = scorer.score(label=pod.label, nodes=candidates, now=now)
+        if strategy == "oracle-cache":
+            held = [caches[i] for i in scored]
+            scores = held_only(scores, held, path_keys(pod.label))
         return [score * weight for score in scores]
 
     def try_place(pod: Pod, now: float) -> bool:
@@ -198,8 +205,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         if not scored:
             return False
         next_start = after
-        candidates = [names[i] for i in scored]
-        added = extra_points(pod, candidates, now)
+        added = extra_points(pod, scored, now)
         best, best_total = [], -1.0
         for i, points in zip(scored, added, strict=True):
             least_allocated = (free[i] - pod.cpu) / scenario.cpu * 100

@@ -90,7 +90,8 @@ class Command(BaseCommand):
             "--strategies",
             default=",".join(STRATEGY_NAMES),
             help=f"comma-separated, from {', '.join(STRATEGY_NAMES)}; also "
-            "oracle: adaptive told each pipeline's worth, the ceiling of learning",
+            "oracle: adaptive told each pipeline's worth, the ceiling of learning; "
+            "oracle-cache: also told which nodes' caches still hold the workspaces",
         )
         parser.add_argument(
             "--from-db",
