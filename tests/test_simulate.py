@@ -20,9 +20,7 @@ from extender.scoring.scenarios import (
     SCENARIOS,
     Pod,
     Scenario,
-    TrueWorth,
     Workload,
-    held_only,
     measured_costs,
     pipeline_costs,
     pipeline_labels,
@@ -37,6 +35,7 @@ from extender.scoring.simulation import (
     with_options,
 )
 from extender.scoring.strategies import warm_inputs
+from extender.scoring.whatif import LRU_DEPTH, RecentWorkspaces, TrueWorth, held_only
 from history.ledger import record_outcome, record_placement
 from history.models import Placement
 from history.reader.memory import MemoryHistory
@@ -449,6 +448,27 @@ def test_the_cache_oracle_also_knows_which_caches_still_hold_the_workspaces():
         "--scenario", "worth", "--runs", "100", "--strategies", "oracle-cache"
     )
     assert [r["strategy"] for r in table["results"]] == ["oracle-cache"]
+
+
+def test_lru_counts_a_workspace_gone_once_enough_other_pipelines_ran_since():
+    """`lru`: warm, with a node scored one above cold for a pipeline once LRU_DEPTH
+    other pipelines ran there since it last did (the order the history holds)."""
+    assert LRU_DEPTH == 4
+    recent = RecentWorkspaces(2)
+    for key in ("a$", "b$", "c$", "a$", "d$"):
+        recent.placed(0, key)
+    assert recent.since(0, "a$") == 1 and recent.since(0, "b$") == 3
+    assert recent.since(0, "x$") is None and recent.since(1, "a$") is None
+    recent.placed(0, "e$")  # since b$: c$, a$, d$, e$
+    assert recent.demoted([9, 9], [0, 1], "b$") == [2, 9]
+    assert recent.demoted([9, 1], [0, 0], "a$") == [9, 1]
+    assert recent.demoted([1], [0], "b$") == [1]  # never raised
+    warm, lru = run(with_options(SCENARIOS["worth"], seed=5), ("warm", "lru"))[
+        "results"
+    ]
+    # Fewer pods sent to nodes whose workspace is long gone.
+    assert lru["exact_rate"] > warm["exact_rate"] + 0.05
+    assert lru["time_saved_hours"] > warm["time_saved_hours"]
 
 
 def test_adaptive_stays_with_warm_where_every_pipeline_gains_the_same():

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 
-from extender.scoring.rules import NO_HISTORY_SCORE, WarmRules
+from extender.scoring.rules import WarmRules
 from history.labels import split_pipeline_label
 from history.models import Placement
-from history.worth import MIN_UNIT, Estimate, weight_for
 
 LANGUAGES = ("java", "go", "py", "node", "rust", "ruby", "dotnet", "cpp")
 # The shared-names labels: `<ci-system>-<language>-<tool>-<service>`, where a share
@@ -401,41 +399,3 @@ def measured_costs(scenario: Scenario) -> dict[str, tuple[float, float]]:
 
 def _extra(startups: list[float] | None, base: float) -> float | None:
     return max(0.0, statistics.median(startups) - base) if startups else None
-
-
-class TrueWorth:
-    """What warmth is worth to each pipeline of a workload, known rather than learned:
-    the `oracle` strategy, `warm` weighted as `adaptive` would be by a book that had
-    learned every pipeline's worth perfectly from the start. It bounds what any
-    estimate can add to the rule (`history.worth.weight_for`).
-
-    A pipeline's saving is the median of its pods' cold extras; its worth is that in
-    units of the median pipeline's, as `WorthBook.units` measures it."""
-
-    def __init__(self, workload: Workload):
-        extras: dict[str, list[float]] = {}
-        for pod in workload.pods:
-            extras.setdefault(pod.label, []).append(pod.cold_extra)
-        self.saving = {label: statistics.median(v) for label, v in extras.items()}
-        middle = statistics.median(self.saving.values()) if self.saving else 0.0
-        self.unit = max(MIN_UNIT, middle)
-
-    def estimate(self, label: str) -> Estimate:
-        saving = self.saving.get(label)
-        worth = None if saving is None else saving / self.unit
-        return Estimate(
-            label, {}, None, None, None, None, saving, worth, None, worth,
-            {"cold": self.unit}, weight_for(worth), "the workload's own figure",
-        )  # fmt: skip
-
-
-def held_only(
-    scores: list[int], caches: Sequence[Container[str]], keys: Sequence[str]
-) -> list[int]:
-    """`scores` with each node whose cache (in the same order) holds none of `keys`
-    cut to the cold score, NO_HISTORY_SCORE: its warmth is gone, whatever its history
-    says."""
-    return [
-        score if any(key in cache for key in keys) else min(score, NO_HISTORY_SCORE)
-        for score, cache in zip(scores, caches, strict=True)
-    ]

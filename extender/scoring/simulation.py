@@ -57,13 +57,12 @@ from extender.scoring.rules import WarmRules
 from extender.scoring.scenarios import (
     Pod,
     Scenario,
-    TrueWorth,
     Workload,
-    held_only,
     shared_name_share,
     synthetic_workload,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
+from extender.scoring.whatif import RecentWorkspaces, TrueWorth, held_only
 from history.labels import path_keys
 from history.outcomes import WARMTHS, format_sections, summarize
 from history.reader.memory import MemoryHistory
@@ -80,11 +79,11 @@ __all__ = [
 ]
 
 STRATEGY_NAMES = ("none", "seed", "warm", "adaptive", "webhook")
-# On request only: `oracle` is `adaptive` told every pipeline's worth instead of
-# learning it (`scenarios.TrueWorth`), the ceiling of what learning can add;
-# `oracle-cache` is also told which nodes' caches still hold any of the pod's
-# workspaces (`held_only`), which no placement history says.
-EXTRA_STRATEGIES = ("oracle", "oracle-cache")
+# On request only (`whatif`): `oracle`, `adaptive` told every pipeline's worth, the
+# ceiling of what learning can add; `oracle-cache`, also told which caches still
+# hold the pod's workspaces; `lru`, `warm` with each node's own workspace counted
+# gone once LRU_DEPTH other pipelines ran there since (a rule under study).
+EXTRA_STRATEGIES = ("oracle", "oracle-cache", "lru")
 # The strategies that learn what warmth is worth to each pipeline (`history.worth`)
 # from the outcomes of the pods they placed, as the extender and the webhook do
 # with KSSCHED_WORTH=auto; `warm` is the same scoring with weight 1 throughout.
@@ -148,6 +147,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
     startups = 0.0
     next_start = 0
     book = WorthBook() if strategy in LEARNING else None
+    recent = RecentWorkspaces(scenario.nodes)
 
     events: list[tuple[float, int, str, Any]] = []
     sequence = 0
@@ -165,7 +165,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
     if strategy == "seed":
         scorer = SeedStrategy(reader=history)
     elif strategy in ("warm", "adaptive", *EXTRA_STRATEGIES):
-        worth = TrueWorth(workload) if strategy in EXTRA_STRATEGIES else book
+        worth = TrueWorth(workload) if strategy.startswith("oracle") else book
         scorer = WarmStrategy(
             rules=rules, reader=history, half_life=history.half_life, worth=worth
         )
@@ -197,6 +197,8 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         if strategy == "oracle-cache":
             held = [caches[i] for i in scored]
             scores = held_only(scores, held, path_keys(pod.label))
+        elif strategy == "lru":
+            scores = recent.demoted(scores, scored, path_keys(pod.label)[-1])
         return [score * weight for score in scores]
 
     def try_place(pod: Pod, now: float) -> bool:
@@ -246,6 +248,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         load[chosen] += pod.cpu * duration
         waits.append(now - pod.arrived)
         history.place(label=pod.label, node=names[chosen], now=now)
+        recent.placed(chosen, workspaces[-1])
         if admissions is not None:
             admissions.placed(pod.label, now)
         finish = (pod, chosen, level, startup)

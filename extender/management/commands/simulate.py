@@ -91,7 +91,9 @@ class Command(BaseCommand):
             default=",".join(STRATEGY_NAMES),
             help=f"comma-separated, from {', '.join(STRATEGY_NAMES)}; also "
             "oracle: adaptive told each pipeline's worth, the ceiling of learning; "
-            "oracle-cache: also told which nodes' caches still hold the workspaces",
+            "oracle-cache: also told which nodes' caches still hold the workspaces; "
+            "lru: warm, a node counted cold for a pipeline once 4 others ran there "
+            "since (a rule under study)",
         )
         parser.add_argument(
             "--from-db",

@@ -1,0 +1,98 @@
+"""What the simulator can run that production does not: the ceilings of what
+knowledge could add to `warm`, and a rule under study.
+
+* `TrueWorth`: every pipeline's worth known, not learned (strategy `oracle`).
+* `held_only`: each node's cache contents known (strategy `oracle-cache`).
+* `RecentWorkspaces`: the order in which pipelines last ran on each node, which the
+  placement history does hold (each own-key row's last placement): a node where
+  `LRU_DEPTH` or more other pipelines ran since this one is scored as if its
+  workspace were gone (strategy `lru`), as an LRU cache would have dropped it.
+
+docs/scoring.md gives what each measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import OrderedDict
+from collections.abc import Container, Sequence
+from typing import TYPE_CHECKING
+
+from extender.scoring.rules import NO_HISTORY_SCORE
+from history.worth import MIN_UNIT, Estimate, weight_for
+
+if TYPE_CHECKING:
+    from extender.scoring.scenarios import Workload
+
+# Strategy `lru`: other pipelines run on a node since this one, at which its own
+# workspace counts as gone (in the `worth` scenario 2-4 gain most; 4 costs no other
+# scenario anything).
+LRU_DEPTH = 4
+
+
+class TrueWorth:
+    """What warmth is worth to each pipeline of a workload, known rather than learned:
+    the `oracle` strategy, `warm` weighted as `adaptive` would be by a book that had
+    learned every pipeline's worth perfectly from the start. It bounds what any
+    estimate can add to the rule (`history.worth.weight_for`).
+
+    A pipeline's saving is the median of its pods' cold extras; its worth is that in
+    units of the median pipeline's, as `WorthBook.units` measures it."""
+
+    def __init__(self, workload: Workload):
+        extras: dict[str, list[float]] = {}
+        for pod in workload.pods:
+            extras.setdefault(pod.label, []).append(pod.cold_extra)
+        self.saving = {label: statistics.median(v) for label, v in extras.items()}
+        middle = statistics.median(self.saving.values()) if self.saving else 0.0
+        self.unit = max(MIN_UNIT, middle)
+
+    def estimate(self, label: str) -> Estimate:
+        saving = self.saving.get(label)
+        worth = None if saving is None else saving / self.unit
+        return Estimate(
+            label, {}, None, None, None, None, saving, worth, None, worth,
+            {"cold": self.unit}, weight_for(worth), "the workload's own figure",
+        )  # fmt: skip
+
+
+def held_only(
+    scores: list[int], caches: Sequence[Container[str]], keys: Sequence[str]
+) -> list[int]:
+    """`scores` with each node whose cache (in the same order) holds none of `keys`
+    cut to the cold score, NO_HISTORY_SCORE: its warmth is gone, whatever its history
+    says."""
+    return [
+        score if any(key in cache for key in keys) else min(score, NO_HISTORY_SCORE)
+        for score, cache in zip(scores, caches, strict=True)
+    ]
+
+
+class RecentWorkspaces:
+    """Per node, the pipelines' own workspaces by their last placement there."""
+
+    def __init__(self, nodes: int) -> None:
+        self.order: list[OrderedDict[str, None]] = [OrderedDict() for _ in range(nodes)]
+
+    def placed(self, node: int, key: str) -> None:
+        self.order[node][key] = None
+        self.order[node].move_to_end(key)
+
+    def since(self, node: int, key: str) -> int | None:
+        """Other pipelines placed on `node` since `key` last was (None: never)."""
+        order = self.order[node]
+        if key not in order:
+            return None
+        return len(order) - 1 - list(order).index(key)
+
+    def demoted(
+        self, scores: list[int], nodes: Sequence[int], key: str, depth: int = LRU_DEPTH
+    ) -> list[int]:
+        """`scores` with each node where `depth` or more other pipelines ran since
+        `key` cut to one above the cold score (a shared prefix may still be there)."""
+        return [
+            min(score, NO_HISTORY_SCORE + 1)
+            if (since := self.since(node, key)) is not None and since >= depth
+            else score
+            for score, node in zip(scores, nodes, strict=True)
+        ]
