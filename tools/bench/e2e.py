@@ -30,7 +30,8 @@ round N times, interleaved, and reports medians.
 The same code reads differently on a busier machine (0.81x and 0.97x
 default-scheduler at 1 000 nodes on one day): the report gives the cores that
 processes outside the bench (every process not under this one, from /proc) kept busy
-while each round's pods bound, the busiest of repeated rounds.
+while each round's pods bound, the busiest of repeated rounds. With DATABASE_URL the
+PostgreSQL server is one of them: its share is the bench's own database work.
 """
 
 from __future__ import annotations
