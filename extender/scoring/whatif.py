@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from extender.scoring.scenarios import Workload
 
 # Strategy `lru`: other pipelines run on a node since this one, at which its own
-# workspace counts as gone (in the `worth` scenario 2-4 gain most; 4 costs no other
-# scenario anything).
+# workspace counts as gone. In the `worth` scenario 2 to 4 gain most; with 4 no
+# scenario loses time saved over seeds 1-5 (docs/scoring.md).
 LRU_DEPTH = 4
 
 
