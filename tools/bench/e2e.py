@@ -135,8 +135,13 @@ def summarise(before: dict, after: dict) -> dict[str, float]:
     }
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (state first)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -150,27 +155,22 @@ def machine_busy_seconds() -> float:
 def tree_seconds(root: int) -> float:
     """CPU seconds of process `root` and every process under it, with the children
     they have reaped (utime, stime, cutime and cstime)."""
-    parent, spent = {}, {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    children: dict[int, list[int]] = {}
+    spent: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = _stat(entry.name)
         except OSError:
             continue  # it ended meanwhile
-        parent[int(stat.parent.name)] = int(fields[1])
-        spent[int(stat.parent.name)] = sum(int(f) for f in fields[11:15])
-    total, tree = 0, {root}
-    for pid in sorted(spent, key=lambda p: _depth(p, parent)):
-        if pid in tree or parent[pid] in tree:
-            tree.add(pid)
-            total += spent[pid]
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        spent[pid] = sum(int(f) for f in fields[11:15])
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += spent.get(pid, 0)
+        todo.extend(children.get(pid, ()))
     return total / os.sysconf("SC_CLK_TCK")
-
-
-def _depth(pid: int, parent: dict[int, int]) -> int:
-    depth = 0
-    while pid in parent and depth < 64:
-        pid, depth = parent[pid], depth + 1
-    return depth
 
 
 def others_cores(busy: float, ours: float, seconds: float) -> float:

@@ -20,6 +20,7 @@ from extender.scoring.simulation import (
     run,
     with_options,
 )
+from extender.scoring.whatif import LRU_DEPTH
 from history.models import Placement
 from history.outcomes import outcome_report
 
@@ -92,8 +93,8 @@ class Command(BaseCommand):
             help=f"comma-separated, from {', '.join(STRATEGY_NAMES)}; also "
             "oracle: adaptive told each pipeline's worth, the ceiling of learning; "
             "oracle-cache: also told which nodes' caches still hold the workspaces; "
-            "lru: warm, a node counted cold for a pipeline once 4 others ran there "
-            "since (a rule under study)",
+            f"lru: warm, a node counted cold for a pipeline once {LRU_DEPTH} others "
+            "ran there since (a rule under study)",
         )
         parser.add_argument(
             "--from-db",
