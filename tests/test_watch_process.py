@@ -156,7 +156,11 @@ def test_sigkill_mid_stream_then_restart_resumes_from_the_checkpoint(server, lau
     lists_after = [r for r in server.requests if r.verb == "list" and r.at > down_since]
     assert lists_after == []  # resumed from the saved resourceVersion
     uid = next(u for u, (label, _) in cluster.placed.items() if label == "short-lived")
-    assert Placement.objects.get(pod_uid=uid).finished_at is not None
+    # The binding is written at once; the end behind it may wait for the events
+    # that follow it (arrivals.LINGER_SECONDS).
+    assert wait_until(
+        lambda: Placement.objects.get(pod_uid=uid).finished_at is not None, timeout=15
+    )
     assert restarted.stop()[0] == 0
 
 
