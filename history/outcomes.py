@@ -147,8 +147,8 @@ def outcome_report(
     return {
         "overall": {warmth: summarize(overall[warmth]) for warmth in WARMTHS},
         "pipelines": pipelines,
-        "since": _iso(since),
-        "until": _iso(until),
+        "since": iso(since),
+        "until": iso(until),
     }
 
 
@@ -261,5 +261,5 @@ def number_text(value: float | None) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
-def _iso(moment: datetime) -> str:
+def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()

@@ -35,10 +35,11 @@ from extender.scoring.simulation import (
     with_options,
 )
 from extender.scoring.strategies import warm_inputs
-from extender.scoring.whatif import LRU_DEPTH, RecentWorkspaces, TrueWorth, held_only
+from extender.scoring.whatif import LRU_DEPTH, TrueWorth, demoted, held_only
 from history.ledger import record_outcome, record_placement
 from history.models import Placement
 from history.reader.memory import MemoryHistory
+from history.workspaces import NodeOrder
 from history.worth import MAX_WEIGHT
 
 # A small cluster where warm wins by a clear margin (seed 3; other seeds vary).
@@ -454,15 +455,15 @@ def test_lru_counts_a_workspace_gone_once_enough_other_pipelines_ran_since():
     """`lru`: warm, with a node scored one above cold for a pipeline once LRU_DEPTH
     other pipelines ran there since it last did (the order the history holds)."""
     assert LRU_DEPTH == 4
-    recent = RecentWorkspaces(2)
+    order = NodeOrder()
     for key in ("a$", "b$", "c$", "a$", "d$"):
-        recent.placed(0, key)
-    assert recent.since(0, "a$") == 1 and recent.since(0, "b$") == 3
-    assert recent.since(0, "x$") is None and recent.since(1, "a$") is None
-    recent.placed(0, "e$")  # since b$: c$, a$, d$, e$
-    assert recent.demoted([9, 9], [0, 1], "b$") == [2, 9]
-    assert recent.demoted([9, 1], [0, 0], "a$") == [9, 1]
-    assert recent.demoted([1], [0], "b$") == [1]  # never raised
+        order.place("n0", key)
+    assert order.depth("n0", "a$") == 1 and order.depth("n0", "b$") == 3
+    assert order.depth("n0", "x$") is None and order.depth("n1", "a$") is None
+    order.place("n0", "e$")  # since b$: c$, a$, d$, e$
+    assert demoted([9, 9], ["n0", "n1"], "b$", order) == [2, 9]
+    assert demoted([9, 1], ["n0", "n0"], "a$", order) == [9, 1]
+    assert demoted([1], ["n0"], "b$", order) == [1]  # never raised
     warm, lru = run(with_options(SCENARIOS["worth"], seed=5), ("warm", "lru"))[
         "results"
     ]

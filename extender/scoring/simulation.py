@@ -62,10 +62,11 @@ from extender.scoring.scenarios import (
     synthetic_workload,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
-from extender.scoring.whatif import RecentWorkspaces, TrueWorth, held_only
+from extender.scoring.whatif import TrueWorth, demoted, held_only
 from history.labels import path_keys
 from history.outcomes import WARMTHS, format_sections, summarize
 from history.reader.memory import MemoryHistory
+from history.workspaces import NodeOrder
 from history.worth import WorthBook
 
 __all__ = [
@@ -147,7 +148,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
     startups = 0.0
     next_start = 0
     book = WorthBook() if strategy in LEARNING else None
-    recent = RecentWorkspaces(scenario.nodes)
+    recent = NodeOrder()
 
     events: list[tuple[float, int, str, Any]] = []
     sequence = 0
@@ -198,7 +199,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
             held = [caches[i] for i in scored]
             scores = held_only(scores, held, path_keys(pod.label))
         elif strategy == "lru":
-            scores = recent.demoted(scores, scored, path_keys(pod.label)[-1])
+            scores = demoted(scores, candidates, path_keys(pod.label)[-1], recent)
         return [score * weight for score in scores]
 
     def try_place(pod: Pod, now: float) -> bool:
@@ -248,7 +249,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         load[chosen] += pod.cpu * duration
         waits.append(now - pod.arrived)
         history.place(label=pod.label, node=names[chosen], now=now)
-        recent.placed(chosen, workspaces[-1])
+        recent.place(names[chosen], workspaces[-1])
         if admissions is not None:
             admissions.placed(pod.label, now)
         finish = (pod, chosen, level, startup)

@@ -3,8 +3,8 @@ knowledge could add to `warm`, and a rule under study.
 
 * `TrueWorth`: every pipeline's worth known, not learned (strategy `oracle`).
 * `held_only`: each node's cache contents known (strategy `oracle-cache`).
-* `RecentWorkspaces`: the order in which pipelines last ran on each node, which the
-  placement history does hold (each own-key row's last placement): a node where
+* `demoted`: from the order in which pipelines last ran on each node, which the
+  placement history does hold (`history.workspaces.NodeOrder`), a node where
   `LRU_DEPTH` or more other pipelines ran since this one is scored as if its
   workspace were gone (strategy `lru`), as an LRU cache would have dropped it.
 
@@ -14,11 +14,11 @@ docs/scoring.md gives what each measured.
 from __future__ import annotations
 
 import statistics
-from collections import OrderedDict
 from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING
 
 from extender.scoring.rules import NO_HISTORY_SCORE
+from history.workspaces import NodeOrder
 from history.worth import MIN_UNIT, Estimate, weight_for
 
 if TYPE_CHECKING:
@@ -68,31 +68,19 @@ def held_only(
     ]
 
 
-class RecentWorkspaces:
-    """Per node, the pipelines' own workspaces by their last placement there."""
-
-    def __init__(self, nodes: int) -> None:
-        self.order: list[OrderedDict[str, None]] = [OrderedDict() for _ in range(nodes)]
-
-    def placed(self, node: int, key: str) -> None:
-        self.order[node][key] = None
-        self.order[node].move_to_end(key)
-
-    def since(self, node: int, key: str) -> int | None:
-        """Other pipelines placed on `node` since `key` last was (None: never)."""
-        order = self.order[node]
-        if key not in order:
-            return None
-        return len(order) - 1 - list(order).index(key)
-
-    def demoted(
-        self, scores: list[int], nodes: Sequence[int], key: str, depth: int = LRU_DEPTH
-    ) -> list[int]:
-        """`scores` with each node where `depth` or more other pipelines ran since
-        `key` cut to one above the cold score (a shared prefix may still be there)."""
-        return [
-            min(score, NO_HISTORY_SCORE + 1)
-            if (since := self.since(node, key)) is not None and since >= depth
-            else score
-            for score, node in zip(scores, nodes, strict=True)
-        ]
+def demoted(
+    scores: list[int],
+    nodes: Sequence[str],
+    key: str,
+    order: NodeOrder,
+    depth: int = LRU_DEPTH,
+) -> list[int]:
+    """`scores` with each node where `depth` or more other pipelines ran since `key`
+    (`order.depth`) cut to one above the cold score (a shared prefix may still be
+    there)."""
+    return [
+        min(score, NO_HISTORY_SCORE + 1)
+        if (since := order.depth(node, key)) is not None and since >= depth
+        else score
+        for score, node in zip(scores, nodes, strict=True)
+    ]

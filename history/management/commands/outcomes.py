@@ -1,5 +1,7 @@
 """`manage.py outcomes`: startup and run time by warmth, and the time warm placement
-saved, per pipeline label and overall (`history.outcomes`)."""
+saved, per pipeline label and overall (`history.outcomes`); with `--workspaces`, the
+startup of exact placements by how many other pipelines ran on the node since
+(`history.workspaces`)."""
 
 from typing import Any
 
@@ -7,6 +9,7 @@ import orjson
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from history.outcomes import format_report, outcome_report, parse_instant
+from history.workspaces import format_workspaces, workspace_report
 
 
 class Command(BaseCommand):
@@ -25,6 +28,13 @@ class Command(BaseCommand):
             help="ISO 8601 date or date-time (default: 30 days ago)",
         )
         parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument(
+            "--workspaces",
+            action="store_true",
+            help="report the startup of exact placements by depth (the other "
+            "pipelines placed on the node since the pipeline last was): how long "
+            "workspaces last on these nodes",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         since = None
@@ -33,8 +43,14 @@ class Command(BaseCommand):
                 since = parse_instant(options["since"])
             except ValueError as exc:
                 raise CommandError(f"--since: {exc}") from exc
-        report = outcome_report(label=options["label"] or None, since=since)
+        label = options["label"] or None
+        if options["workspaces"]:
+            report = workspace_report(label=label, since=since)
+            text = format_workspaces
+        else:
+            report = outcome_report(label=label, since=since)
+            text = format_report
         if options["json"]:
             self.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
         else:
-            self.stdout.write(format_report(report))
+            self.stdout.write(text(report))

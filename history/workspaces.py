@@ -1,0 +1,203 @@
+"""How long a pipeline's workspace lasts on a node, from the ledger: the startup of
+exact placements by their depth.
+
+A node's caches (pulled images, build caches, workspaces) are bounded, so the
+oldest go as other pipelines run there. The history calls a placement exact when
+the pipeline ran on that node before, however long ago. The ledger holds the
+order: each placement's node, pipeline label and time. Walking each node's
+placements in that order gives every placement its *depth*: how many other
+pipelines were placed on the node since this pipeline last was (0: it was the
+last one there). If exact placements start like cold ones from some depth on,
+the workspaces on these nodes last about that many other pipelines. That depth is
+what `simulate`'s `lru` rule assumes (docs/scoring.md); this report measures it on
+a cluster's own ledger.
+
+Depths are counted within the report's window: an exact placement whose pipeline
+was not placed on that node earlier in the window has depth "before the window".
+Depths past `DEEPEST` are not told apart (each node remembers only its last
+DEEPEST + 1 pipelines, so the walk's memory is bounded by the nodes, not the
+placements). Used by `manage.py outcomes --workspaces`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from history import queries
+from history.models import Placement
+from history.outcomes import (
+    MIN_RUNS,
+    WINDOW,
+    Row,
+    iso,
+    number_text,
+    summarize,
+)
+
+# Depth buckets (first, last) of the report; None: no upper end.
+BUCKETS: tuple[tuple[int, int | None], ...] = (
+    (0, 0), (1, 1), (2, 2), (3, 3), (4, 7), (8, 15), (16, None),
+)  # fmt: skip
+DEEPEST = 16
+BEFORE_WINDOW = "before the window"
+# The share of the cold penalty (cold median startup - depth 0's) at which a
+# bucket's exact placements count as starting like cold ones.
+GONE_SHARE = 0.5
+
+
+def bucket_name(first: int, last: int | None) -> str:
+    if last is None:
+        return f"{first}+"
+    return str(first) if first == last else f"{first}-{last}"
+
+
+class NodeOrder:
+    """The order in which pipelines were placed on each node, fed placements in the
+    order they were bound. Memory: DEEPEST + 1 labels per node, and each (node,
+    label) pair once (as many as the history's own-key rows)."""
+
+    def __init__(self) -> None:
+        self.recent: dict[str, list[str]] = {}  # per node, most recent first
+        self.seen: dict[str, set[str]] = {}
+
+    def depth(self, node: str, label: str) -> int | None:
+        """The other labels placed on `node` since `label` last was, capped at
+        DEEPEST; None when it was not placed there before."""
+        order = self.recent.get(node, [])
+        if label in order:
+            return order.index(label)
+        return DEEPEST if label in self.seen.get(node, ()) else None
+
+    def place(self, node: str, label: str) -> int | None:
+        """Record a placement; returns its depth (`depth` just before it)."""
+        depth = self.depth(node, label)
+        order = self.recent.setdefault(node, [])
+        if label in order:
+            order.remove(label)
+        order.insert(0, label)
+        del order[DEEPEST + 1 :]
+        self.seen.setdefault(node, set()).add(label)
+        return depth
+
+
+def _bucket_of(depth: int | None) -> str:
+    if depth is None:
+        return BEFORE_WINDOW
+    for first, last in BUCKETS:
+        if depth >= first and (last is None or depth <= last):
+            return bucket_name(first, last)
+    raise AssertionError(depth)  # the last bucket has no upper end
+
+
+def workspace_report(
+    *,
+    label: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> dict[str, Any]:
+    """Startup of exact placements bound in [since, until) by depth, beside the
+    partial and cold placements of the same window (default the last 30 days).
+
+    `label` narrows what is reported to a pipeline given as a key or label value
+    (as `outcomes.outcome_report` does); depths still count every pipeline placed
+    on the node. Returns {"depths": [{"depth", **S}], "partial": S, "cold": S,
+    "gone_from": int | None, "gone_reason": str | None, "since", "until"}, S as in
+    `outcomes.summarize`.
+    """
+    until = until or timezone.now()
+    since = since or until - WINDOW
+    wanted = (
+        set(queries.placements_of_pipeline(value=label).values_list("label", flat=True))
+        if label
+        else None
+    )
+    rows = (
+        Placement.objects.filter(bound_at__gte=since, bound_at__lt=until)
+        .order_by("node", "bound_at", "pk")
+        .values_list(
+            "node", "label", "warmth", "outcome", "startup_seconds", "run_seconds"
+        )
+    )
+    names = [BEFORE_WINDOW, *(bucket_name(*bucket) for bucket in BUCKETS)]
+    by_depth: dict[str, list[Row]] = {name: [] for name in names}
+    partial: list[Row] = []
+    cold: list[Row] = []
+    order = NodeOrder()
+    for node, row_label, warmth, outcome, startup, run in rows.iterator():
+        depth = order.place(node, row_label)
+        if not outcome or (wanted is not None and row_label not in wanted):
+            continue
+        row = (outcome, startup, run)
+        if warmth == Placement.Warmth.EXACT:
+            by_depth[_bucket_of(depth)].append(row)
+        elif warmth == Placement.Warmth.PARTIAL:
+            partial.append(row)
+        elif warmth == Placement.Warmth.COLD:
+            cold.append(row)
+    report: dict[str, Any] = {
+        "depths": [{"depth": name, **summarize(by_depth[name])} for name in names],
+        "partial": summarize(partial),
+        "cold": summarize(cold),
+        "since": iso(since),
+        "until": iso(until),
+    }
+    report["gone_from"], report["gone_reason"] = gone_from(report)
+    return report
+
+
+def gone_from(report: dict[str, Any]) -> tuple[int | None, str | None]:
+    """(the first depth whose exact placements start like cold ones, None), or
+    (None, why none is given). "Like cold": the bucket's median startup is at least
+    GONE_SHARE of the way from depth 0's to the cold placements' median; each
+    bucket needs MIN_RUNS successful runs."""
+    # The entries after BEFORE_WINDOW's, one per bucket; depth 0's first.
+    (_, zero), *deeper = zip(BUCKETS, report["depths"][1:], strict=True)
+    cold = report["cold"]
+    if zero["runs"] < MIN_RUNS or cold["runs"] < MIN_RUNS:
+        return None, (
+            f"needs at least {MIN_RUNS} successful runs at depth 0 and "
+            f"{MIN_RUNS} cold; has {zero['runs']} and {cold['runs']}"
+        )
+    warm, penalty = zero["startup_p50"], cold["startup_p50"] - zero["startup_p50"]
+    if penalty <= 0:
+        return None, "cold placements start no slower than depth 0's"
+    for (first, _), bucket in deeper:
+        if bucket["runs"] >= MIN_RUNS and (
+            bucket["startup_p50"] - warm >= GONE_SHARE * penalty
+        ):
+            return first, None
+    return None, "no depth with enough runs starts like the cold placements"
+
+
+def format_workspaces(report: dict[str, Any]) -> str:
+    """`workspace_report` as the table `manage.py outcomes --workspaces` prints."""
+    sections = [(f"depth {d['depth']}", d) for d in report["depths"]]
+    lines = [
+        f"Pipeline pods bound from {report['since']} to {report['until']}",
+        "Exact placements by depth: the other pipelines placed on the node since",
+        "the pipeline last was. Medians and p90 over successful runs, in seconds.",
+        "",
+        *_rows(sections + [("partial", report["partial"]), ("cold", report["cold"])]),
+        "",
+    ]
+    if report["gone_from"] is not None:
+        depth = report["gone_from"]
+        lines.append(f"Exact placements start like cold ones from depth {depth} on:")
+        lines.append(f"workspaces last about {depth} other pipelines on these nodes.")
+    else:
+        lines.append(f"No depth where workspaces look gone: {report['gone_reason']}.")
+    return "\n".join(lines)
+
+
+def _rows(sections: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    header = f"{'placements':<24} {'runs':>5} {'startup p50':>11} {'p90':>8}"
+    lines = [header, "-" * len(header)]
+    for name, s in sections:
+        lines.append(
+            f"{name:<24} {s['runs']:>5} {number_text(s['startup_p50']):>11} "
+            f"{number_text(s['startup_p90']):>8}"
+        )
+    return lines

@@ -1,0 +1,181 @@
+"""How long workspaces last: exact placements by depth (`history.workspaces`,
+`manage.py outcomes --workspaces`), from the ledger and through the real watcher."""
+
+from datetime import timedelta
+from io import StringIO
+
+import orjson
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from history.ledger import record_outcome, record_placement
+from history.watcher import state
+from history.workspaces import BEFORE_WINDOW, DEEPEST, NodeOrder, workspace_report
+from tests.test_outcomes_watch import Cluster, catch_up, new_stream
+
+pytestmark = pytest.mark.django_db
+
+JAVA = "ci-java-app"
+
+
+def test_a_depth_counts_the_other_pipelines_placed_on_that_node_since():
+    order = NodeOrder()
+    placed = [
+        ("n1", "a"),
+        ("n1", "b"),
+        ("n2", "c"),  # another node: not between a's placements on n1
+        ("n1", "c"),
+        ("n1", "b"),  # b again: c ran since
+        ("n1", "a"),  # b and c ran since (b twice counts once)
+        ("n1", "a"),
+    ]
+    assert [order.place(node, label) for node, label in placed] == [
+        None, None, None, None, 1, 2, 0,
+    ]  # fmt: skip
+
+
+def test_depths_past_the_deepest_are_not_told_apart_and_memory_stays_bounded():
+    order = NodeOrder()
+    order.place("n1", "a")
+    order.place("n1", "b")
+    for other in range(DEEPEST - 1):
+        order.place("n1", f"x{other}")
+    assert order.place("n1", "b") == DEEPEST - 1
+    assert order.place("n1", "a") == DEEPEST  # the oldest the node remembers
+    for other in range(DEEPEST + 5):
+        order.place("n1", f"y{other}")
+    assert order.place("n1", "a") == DEEPEST  # fell out of the recent order
+    assert order.place("n1", "new") is None
+    assert len(order.recent["n1"]) == DEEPEST + 1
+
+
+class Ledger:
+    """Placements written through the ledger, a minute apart, with their times."""
+
+    def __init__(self):
+        self.at = timezone.now() - timedelta(days=1)
+        self.pods = 0
+
+    def place(self, label, node, warmth, startup=None):
+        self.pods += 1
+        self.at += timedelta(minutes=1)
+        uid = f"u{self.pods}"
+        record_placement(
+            pod_uid=uid,
+            namespace="ci",
+            name=f"pod-{self.pods}",
+            label=label,
+            node=node,
+            bound_at=self.at,
+            warmth=warmth,
+        )
+        if startup is not None:
+            record_outcome(pod_uid=uid, startup=startup, run=100, outcome="Succeeded")
+
+
+def by_depth(report):
+    return {d["depth"]: (d["runs"], d["startup_p50"]) for d in report["depths"]}
+
+
+def evicting_cluster():
+    """On n1 ci-java-app starts in 10 s straight after itself, 12 s after one other
+    pipeline, 50 s after five (its workspace gone); cold placements take 60 s."""
+    ledger = Ledger()
+    ledger.place(JAVA, "n1", "exact", startup=30)  # ran there before the window
+    for _ in range(5):
+        ledger.place(JAVA, "n1", "exact", startup=10)
+    for k in range(5):
+        ledger.place(f"ci-go-one{k}", "n1", "cold")  # still running: no outcome
+        ledger.place(JAVA, "n1", "exact", startup=12)
+    for k in range(5):
+        for j in range(5):
+            ledger.place(f"ci-go-five{k}x{j}", "n1", "cold")
+        ledger.place(JAVA, "n1", "exact", startup=50)
+    for k in range(5):
+        ledger.place("ci-rust-lib", f"c{k}", "cold", startup=60)
+    ledger.place("ci-rust-lib", "c0", "partial", startup=40)
+
+
+def test_the_report_finds_the_depth_where_exact_placements_start_like_cold_ones():
+    evicting_cluster()
+    report = workspace_report()
+    assert by_depth(report) == {
+        BEFORE_WINDOW: (1, 30),
+        "0": (5, 10),
+        "1": (5, 12),
+        "2": (0, None),
+        "3": (0, None),
+        "4-7": (5, 50),
+        "8-15": (0, None),
+        "16+": (0, None),
+    }
+    assert (report["cold"]["runs"], report["cold"]["startup_p50"]) == (5, 60)
+    assert (report["partial"]["runs"], report["partial"]["startup_p50"]) == (1, 40)
+    assert (report["gone_from"], report["gone_reason"]) == (4, None)
+
+
+def test_a_label_narrows_what_is_reported_but_every_pipeline_counts_in_the_depths():
+    evicting_cluster()
+    report = workspace_report(label=JAVA)
+    assert by_depth(report)["1"] == (5, 12)
+    assert by_depth(report)["4-7"] == (5, 50)
+    assert report["cold"]["runs"] == 0  # ci-rust-lib is another pipeline
+    assert report["gone_from"] is None
+    assert report["gone_reason"] == (
+        "needs at least 5 successful runs at depth 0 and 5 cold; has 5 and 0"
+    )
+
+
+def test_no_depth_is_named_while_deep_placements_still_start_warm():
+    ledger = Ledger()
+    for _ in range(6):  # the first one: depth before the window
+        ledger.place(JAVA, "n1", "exact", startup=10)
+    for k in range(5):
+        for j in range(9):
+            ledger.place(f"ci-go-p{k}x{j}", "n1", "cold")
+        ledger.place(JAVA, "n1", "exact", startup=20)  # 25 % of the cold penalty
+    for k in range(5):
+        ledger.place("ci-rust-lib", f"c{k}", "cold", startup=50)
+    report = workspace_report()
+    assert by_depth(report)["8-15"] == (5, 20)
+    assert report["gone_from"] is None
+    assert report["gone_reason"] == (
+        "no depth with enough runs starts like the cold placements"
+    )
+
+
+def test_the_command_prints_the_report_as_json_and_as_a_table():
+    evicting_cluster()
+    out = StringIO()
+    call_command("outcomes", "--workspaces", "--json", stdout=out)
+    printed = orjson.loads(out.getvalue())
+    assert by_depth(printed) == by_depth(workspace_report())
+    assert printed["gone_from"] == 4
+    out = StringIO()
+    call_command("outcomes", "--workspaces", stdout=out)
+    table = out.getvalue()
+    assert "depth 4-7" in table and "depth before the window" in table
+    assert "from depth 4 on:\nworkspaces last about 4 other pipelines" in table
+
+
+@pytest.mark.django_db(transaction=True)
+def test_depths_come_from_what_the_real_watcher_recorded(api, server):
+    """Pods bound, started and ended through the fake API server and the real
+    watcher: the watcher says which placements are exact, the ledger's order
+    gives their depth."""
+    start = timezone.now().replace(microsecond=0) - timedelta(hours=6)
+    state.save_watch_state(name="pods", resource_version=server.resource_version)
+    cluster = Cluster(server, start)
+    cluster.run("a1", JAVA, "w1", 40, 100)  # cold: no history yet
+    cluster.run("a2", JAVA, "w1", 10, 100)  # exact at depth 0
+    cluster.run("b1", "ci-go-svc", "w1", 30, 100)
+    cluster.run("c1", "ci-rust-lib", "w1", 30, 100)
+    cluster.run("a3", JAVA, "w1", 25, 100)  # exact, two others since
+    catch_up(new_stream(api), server)
+    report = workspace_report()
+    assert by_depth(report)["0"] == (1, 10)
+    assert by_depth(report)["2"] == (1, 25)
+    assert (report["cold"]["runs"], report["cold"]["startup_p50"]) == (1, 40)
+    # Under the shared `ci` prefix of a pipeline that ran on w1 before.
+    assert (report["partial"]["runs"], report["partial"]["startup_p50"]) == (2, 30)
