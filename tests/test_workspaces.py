@@ -1,6 +1,8 @@
 """How long workspaces last: exact placements by depth (`history.workspaces`,
 `manage.py outcomes --workspaces`), from the ledger and through the real watcher."""
 
+import random
+from collections import OrderedDict
 from datetime import timedelta
 from io import StringIO
 
@@ -179,3 +181,28 @@ def test_depths_come_from_what_the_real_watcher_recorded(api, server):
     assert (report["cold"]["runs"], report["cold"]["startup_p50"]) == (1, 40)
     # Under the shared `ci` prefix of a pipeline that ran on w1 before.
     assert (report["partial"]["runs"], report["partial"]["startup_p50"]) == (2, 30)
+
+
+@pytest.mark.parametrize("slots", [2, 4])
+def test_on_nodes_with_an_lru_cache_the_report_names_its_size(slots):
+    """Nodes whose cache keeps the last `slots` pipelines' workspaces (each start
+    10-14 s when the workspace is there, 55-65 s when not), pipelines drawn at
+    random: the report names `slots` as the depth where workspaces are gone."""
+    rng = random.Random(slots)
+    ledger = Ledger()
+    caches = {node: OrderedDict() for node in ("n1", "n2", "n3")}
+    pipelines = [f"ci-java-p{i}" for i in range(12)]
+    ran_on = set()
+    for _ in range(400):
+        node, label = rng.choice(list(caches)), rng.choice(pipelines)
+        cache = caches[node]
+        startup = rng.uniform(10, 14) if label in cache else rng.uniform(55, 65)
+        warmth = "exact" if (node, label) in ran_on else "cold"
+        ledger.place(label, node, warmth, startup=startup)
+        ran_on.add((node, label))
+        cache[label] = None
+        cache.move_to_end(label)
+        while len(cache) > slots:
+            cache.popitem(last=False)
+    report = workspace_report()
+    assert (report["gone_from"], report["gone_reason"]) == (slots, None)
