@@ -26,7 +26,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
-from history import outcomes, queries
+from history import outcomes, queries, workspaces
 from history.labels import KEY_KINDS, key_kind
 from history.models import KeyNode, Placement
 from history.permissions import can_view_history
@@ -278,6 +278,38 @@ class OutcomeReportView(APIView):
         return Response(outcomes.outcome_report(**query.validated_data))
 
 
+class DepthFiguresSerializer(WarmthFiguresSerializer):
+    depth = serializers.CharField(
+        help_text='Other pipelines placed on the node since: "0", "4-7", "16+" or '
+        '"before the window".'
+    )
+
+
+class WorkspaceReportSerializer(serializers.Serializer[dict[str, Any]]):
+    depths = DepthFiguresSerializer(many=True)
+    partial = WarmthFiguresSerializer()  # type: ignore[assignment]  # the JSON key
+    cold = WarmthFiguresSerializer()
+    gone_from = serializers.IntegerField(
+        allow_null=True,
+        help_text="The first depth whose exact placements start like cold ones.",
+    )
+    gone_reason = serializers.CharField(allow_null=True)
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+
+
+class WorkspaceReportView(OutcomeReportView):
+    """Startup of exact placements by depth: how long workspaces last on the nodes."""
+
+    @extend_schema(
+        parameters=[OutcomeQuerySerializer], responses=WorkspaceReportSerializer
+    )
+    def get(self, request: Request) -> Response:
+        query = OutcomeQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(workspaces.workspace_report(**query.validated_data))
+
+
 # A drf-spectacular endpoint: path, path regex, method, view.
 _Endpoint = tuple[str, str, str, Callable[..., Any]]
 
@@ -307,6 +339,7 @@ class ApiRootView(APIView):
                 "key_nodes": f"{keys}{{key}}/nodes/",
                 "placements": reverse("api-placements", request=request),
                 "outcomes": reverse("api-outcomes", request=request),
+                "workspaces": reverse("api-workspaces", request=request),
                 "schema": reverse("api-schema", request=request),
             }
         )

@@ -13,6 +13,11 @@ urlpatterns = [
     path("placements/", api.PlacementListView.as_view(), name="api-placements"),
     path("outcomes/", api.OutcomeReportView.as_view(), name="api-outcomes"),
     path(
+        "outcomes/workspaces/",
+        api.WorkspaceReportView.as_view(),
+        name="api-workspaces",
+    ),
+    path(
         "schema/",
         SpectacularAPIView.as_view(
             authentication_classes=[TokenAuthentication, SessionAuthentication],

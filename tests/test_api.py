@@ -220,6 +220,7 @@ def test_schema_documents_the_history_api_only(api):
         "/api/keys/{key}/nodes/",
         "/api/placements/",
         "/api/outcomes/",
+        "/api/outcomes/workspaces/",
     }
     params = {
         p["name"] for p in schema["paths"]["/api/placements/"]["get"]["parameters"]
@@ -250,6 +251,7 @@ def test_api_root_lists_the_endpoints(api):
         "key_nodes": "http://testserver/api/keys/{key}/nodes/",
         "placements": "http://testserver/api/placements/",
         "outcomes": "http://testserver/api/outcomes/",
+        "workspaces": "http://testserver/api/outcomes/workspaces/",
         "schema": "http://testserver/api/schema/",
     }
     for url in response.json().values():

@@ -8,8 +8,10 @@ from io import StringIO
 
 import orjson
 import pytest
+from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from history.ledger import record_outcome, record_placement
 from history.watcher import state
@@ -206,3 +208,24 @@ def test_on_nodes_with_an_lru_cache_the_report_names_its_size(slots):
             cache.popitem(last=False)
     report = workspace_report()
     assert (report["gone_from"], report["gone_reason"]) == (slots, None)
+
+
+def test_the_api_serves_the_same_report_to_viewers_only():
+    evicting_cluster()
+    viewer = User.objects.create_user("viewer", password="x-long-password")
+    viewer.groups.add(Group.objects.get(name="ks-scheduler viewers"))
+    client = APIClient()
+    client.force_login(viewer)
+    body = client.get("/api/outcomes/workspaces/").json()
+    assert by_depth(body) == by_depth(workspace_report())
+    assert (body["gone_from"], body["gone_reason"]) == (4, None)
+    narrowed = client.get("/api/outcomes/workspaces/", {"label": JAVA}).json()
+    assert narrowed["cold"]["runs"] == 0
+    assert client.get("/api/outcomes/workspaces/", {"since": "May"}).status_code == 400
+    assert APIClient().get("/api/outcomes/workspaces/").status_code == 401
+    nobody = APIClient()
+    nobody.force_login(User.objects.create_user("nobody", password="x-long-pass"))
+    assert nobody.get("/api/outcomes/workspaces/").status_code == 403
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    operation = schema["paths"]["/api/outcomes/workspaces/"]["get"]
+    assert {p["name"] for p in operation["parameters"]} == {"label", "since"}
