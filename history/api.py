@@ -14,7 +14,7 @@ import django_filters
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Model, Q, QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import generics, serializers
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import NotFound, ValidationError
@@ -268,6 +268,8 @@ class OutcomeReportView(APIView):
     authentication_classes = HistoryAPIView.authentication_classes
     permission_classes = HistoryAPIView.permission_classes
     renderer_classes = HistoryAPIView.renderer_classes
+    # The report, given the query's label and since.
+    report: Callable[..., dict[str, Any]] = staticmethod(outcomes.outcome_report)
 
     @extend_schema(
         parameters=[OutcomeQuerySerializer], responses=OutcomeReportSerializer
@@ -275,7 +277,7 @@ class OutcomeReportView(APIView):
     def get(self, request: Request) -> Response:
         query = OutcomeQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        return Response(outcomes.outcome_report(**query.validated_data))
+        return Response(self.report(**query.validated_data))
 
 
 class DepthFiguresSerializer(WarmthFiguresSerializer):
@@ -298,16 +300,15 @@ class WorkspaceReportSerializer(serializers.Serializer[dict[str, Any]]):
     until = serializers.DateTimeField()
 
 
+@extend_schema_view(
+    get=extend_schema(
+        parameters=[OutcomeQuerySerializer], responses=WorkspaceReportSerializer
+    )
+)
 class WorkspaceReportView(OutcomeReportView):
     """Startup of exact placements by depth: how long workspaces last on the nodes."""
 
-    @extend_schema(
-        parameters=[OutcomeQuerySerializer], responses=WorkspaceReportSerializer
-    )
-    def get(self, request: Request) -> Response:
-        query = OutcomeQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        return Response(workspaces.workspace_report(**query.validated_data))
+    report = staticmethod(workspaces.workspace_report)
 
 
 # A drf-spectacular endpoint: path, path regex, method, view.

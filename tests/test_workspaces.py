@@ -229,3 +229,9 @@ def test_the_api_serves_the_same_report_to_viewers_only():
     schema = client.get("/api/schema/", {"format": "json"}).json()
     operation = schema["paths"]["/api/outcomes/workspaces/"]["get"]
     assert {p["name"] for p in operation["parameters"]} == {"label", "since"}
+    answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/WorkspaceReport"}
+    outcomes = schema["paths"]["/api/outcomes/"]["get"]["responses"]["200"]
+    assert outcomes["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/OutcomeReport"
+    }
