@@ -7,7 +7,8 @@ the pipeline ran on that node before, however long ago. The ledger holds the
 order: each placement's node, pipeline label and time. Walking each node's
 placements in that order gives every placement its *depth*: how many other
 pipelines were placed on the node since this pipeline last was (0: it was the
-last one there). If exact placements start like cold ones from some depth on,
+last one there). If exact placements start like cold (or partial) ones from some
+depth on,
 the workspaces on these nodes last about that many other pipelines. That depth is
 what `simulate`'s `lru` rule assumes (docs/scoring.md); this report measures it on
 a cluster's own ledger.
@@ -21,6 +22,7 @@ placements). Used by `manage.py outcomes --workspaces`.
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -43,8 +45,8 @@ BUCKETS: tuple[tuple[int, int | None], ...] = (
 )  # fmt: skip
 DEEPEST = 16
 BEFORE_WINDOW = "before the window"
-# The share of the cold penalty (cold median startup - depth 0's) at which a
-# bucket's exact placements count as starting like cold ones.
+# The share of the penalty (the partial or cold median startup - depth 0's) at
+# which a bucket's exact placements count as starting like ones that missed.
 GONE_SHARE = 0.5
 
 
@@ -81,6 +83,11 @@ class NodeOrder:
         del order[DEEPEST + 1 :]
         self.seen.setdefault(node, set()).add(label)
         return depth
+
+    def forget(self, node: str) -> None:
+        """A node replaced: what ran on the machine before is gone with it."""
+        self.recent.pop(node, None)
+        self.seen.pop(node, None)
 
 
 def _bucket_of(depth: int | None) -> str:
@@ -121,14 +128,30 @@ def workspace_report(
             "node", "label", "warmth", "outcome", "startup_seconds", "run_seconds"
         )
     )
+    return {
+        **depth_report(rows.iterator(), wanted=wanted),
+        "since": iso(since),
+        "until": iso(until),
+    }
+
+
+def depth_report(
+    rows: Iterable[tuple[str, str, str, str, float | None, float | None]],
+    *,
+    wanted: Container[str] | None = None,
+) -> dict[str, Any]:
+    """The report's figures from placements (node, label, warmth, outcome, startup,
+    run) in the order they were bound: {"depths", "partial", "cold", "gone_from",
+    "gone_reason"}. Only the labels in `wanted` (all: None) are reported; every
+    placement counts in the depths. Placements without an outcome are not reported."""
     names = [BEFORE_WINDOW, *(bucket_name(*bucket) for bucket in BUCKETS)]
     by_depth: dict[str, list[Row]] = {name: [] for name in names}
     partial: list[Row] = []
     cold: list[Row] = []
     order = NodeOrder()
-    for node, row_label, warmth, outcome, startup, run in rows.iterator():
-        depth = order.place(node, row_label)
-        if not outcome or (wanted is not None and row_label not in wanted):
+    for node, label, warmth, outcome, startup, run in rows:
+        depth = order.place(node, label)
+        if not outcome or (wanted is not None and label not in wanted):
             continue
         row = (outcome, startup, run)
         if warmth == Placement.Warmth.EXACT:
@@ -141,35 +164,43 @@ def workspace_report(
         "depths": [{"depth": name, **summarize(by_depth[name])} for name in names],
         "partial": summarize(partial),
         "cold": summarize(cold),
-        "since": iso(since),
-        "until": iso(until),
     }
     report["gone_from"], report["gone_reason"] = gone_from(report)
     return report
 
 
 def gone_from(report: dict[str, Any]) -> tuple[int | None, str | None]:
-    """(the first depth whose exact placements start like cold ones, None), or
-    (None, why none is given). "Like cold": the bucket's median startup is at least
-    GONE_SHARE of the way from depth 0's to the cold placements' median; each
-    bucket needs MIN_RUNS successful runs."""
+    """(the first depth whose exact placements start like ones that did not find
+    their workspace, None), or (None, why none is given).
+
+    The reference is the faster of the partial and the cold placements' median
+    startup (a workspace gone may leave its shared toolchain behind), each class
+    counting with MIN_RUNS successful runs. A bucket starts like them when its
+    median is at least GONE_SHARE of the way from depth 0's median to the
+    reference; each bucket needs MIN_RUNS successful runs too."""
     # The entries after BEFORE_WINDOW's, one per bucket; depth 0's first.
     (_, zero), *deeper = zip(BUCKETS, report["depths"][1:], strict=True)
-    cold = report["cold"]
-    if zero["runs"] < MIN_RUNS or cold["runs"] < MIN_RUNS:
+    others = [
+        report[warmth]["startup_p50"]
+        for warmth in ("partial", "cold")
+        if report[warmth]["runs"] >= MIN_RUNS
+    ]
+    if zero["runs"] < MIN_RUNS or not others:
         return None, (
-            f"needs at least {MIN_RUNS} successful runs at depth 0 and "
-            f"{MIN_RUNS} cold; has {zero['runs']} and {cold['runs']}"
+            f"needs at least {MIN_RUNS} successful runs at depth 0 and {MIN_RUNS} "
+            f"partial or cold; has {zero['runs']} at depth 0, "
+            f"{report['partial']['runs']} partial and {report['cold']['runs']} cold"
         )
-    warm, penalty = zero["startup_p50"], cold["startup_p50"] - zero["startup_p50"]
+    warm = zero["startup_p50"]
+    penalty = min(others) - warm
     if penalty <= 0:
-        return None, "cold placements start no slower than depth 0's"
+        return None, "partial or cold placements start no slower than depth 0's"
     for (first, _), bucket in deeper:
         if bucket["runs"] >= MIN_RUNS and (
             bucket["startup_p50"] - warm >= GONE_SHARE * penalty
         ):
             return first, None
-    return None, "no depth with enough runs starts like the cold placements"
+    return None, "no depth with enough runs starts like the partial or cold ones"
 
 
 def format_workspaces(report: dict[str, Any]) -> str:
@@ -185,8 +216,8 @@ def format_workspaces(report: dict[str, Any]) -> str:
     ]
     if report["gone_from"] is not None:
         depth = report["gone_from"]
-        lines.append(f"Exact placements start like cold ones from depth {depth} on:")
-        lines.append(f"workspaces last about {depth} other pipelines on these nodes.")
+        lines.append(f"From depth {depth} on, exact placements start like cold ones")
+        lines.append(f"(or partial): workspaces last about {depth} other pipelines.")
     else:
         lines.append(f"No depth where workspaces look gone: {report['gone_reason']}.")
     return "\n".join(lines)

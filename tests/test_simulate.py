@@ -1,6 +1,8 @@
 """The simulator: deterministic, runs the real strategies, and warm earns its place."""
 
+import random
 import re
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
@@ -14,6 +16,7 @@ from extender.scoring.default_profile import (
     PLUGIN_WEIGHTS,
     affinity_points,
     node_affinity_scores,
+    scored_nodes,
 )
 from extender.scoring.rules import WarmRules, seed_matches
 from extender.scoring.scenarios import (
@@ -30,12 +33,18 @@ from extender.scoring.scenarios import (
 from extender.scoring.simulation import (
     format_table,
     run,
-    scored_nodes,
     simulate,
     with_options,
 )
 from extender.scoring.strategies import warm_inputs
-from extender.scoring.whatif import LRU_DEPTH, TrueWorth, demoted, held_only
+from extender.scoring.whatif import (
+    LRU_DEPTH,
+    READ_EVERY,
+    Recency,
+    TrueWorth,
+    demoted,
+    held_only,
+)
 from history.ledger import record_outcome, record_placement
 from history.models import Placement
 from history.reader.memory import MemoryHistory
@@ -508,3 +517,37 @@ def test_from_db_replays_each_pipelines_measured_worth_with_adaptive_weights():
     assert sum(adaptive["weights"].values()) == 2
     # The replayed pods carry the measured costs, not the scenario's 300 s.
     assert warm["time_saved_hours"] < 40 * 300 / 3600
+
+
+def test_lru_learned_reads_the_depth_from_the_outcomes_so_far():
+    """`lru-learned`: no node demoted until the run's own outcomes name a depth (as
+    `outcomes --workspaces` names it); then `lru` at that depth."""
+    recency = Recency(learned=True)
+    assert recency.demoted([9, 9], ["n0", "n1"], "a$") == [9, 9]
+    rng = random.Random(7)
+    cache: OrderedDict[str, None] = OrderedDict()  # n0 keeps two workspaces
+    for _ in range(READ_EVERY):
+        key = f"p{rng.randrange(8)}$"
+        level = "exact" if key in cache else "cold"
+        startup = 10.0 if level == "exact" else 60.0
+        recency.finished(recency.placed("n0", key, level, startup, 100.0))
+        cache[key] = None
+        cache.move_to_end(key)
+        if len(cache) > 2:
+            cache.popitem(last=False)
+    assert recency.depth == 2
+    recency.order.place("n0", "x$")
+    recency.order.place("n0", "y$")
+    recency.order.place("n0", "a$")
+    recency.order.place("n0", "b$")  # one other since a$: kept
+    recency.order.place("n0", "c$")  # two others since a$: gone
+    assert recency.demoted([9, 9], ["n0", "n1"], "a$") == [2, 9]
+    recency.order.forget("n0")  # the node replaced
+    assert recency.order.depth("n0", "a$") is None
+    assert Recency(learned=False).depth == LRU_DEPTH
+    warm, learned = run(
+        with_options(SCENARIOS["worth"], seed=5), ("warm", "lru-learned")
+    )["results"]
+    assert learned["workspace_depth"] is not None and warm["workspace_depth"] is None
+    assert learned["exact_rate"] > warm["exact_rate"] + 0.05
+    assert learned["time_saved_hours"] > warm["time_saved_hours"]

@@ -127,7 +127,8 @@ def test_a_label_narrows_what_is_reported_but_every_pipeline_counts_in_the_depth
     assert report["cold"]["runs"] == 0  # ci-rust-lib is another pipeline
     assert report["gone_from"] is None
     assert report["gone_reason"] == (
-        "needs at least 5 successful runs at depth 0 and 5 cold; has 5 and 0"
+        "needs at least 5 successful runs at depth 0 and 5 partial or cold; "
+        "has 5 at depth 0, 0 partial and 0 cold"
     )
 
 
@@ -145,7 +146,7 @@ def test_no_depth_is_named_while_deep_placements_still_start_warm():
     assert by_depth(report)["8-15"] == (5, 20)
     assert report["gone_from"] is None
     assert report["gone_reason"] == (
-        "no depth with enough runs starts like the cold placements"
+        "no depth with enough runs starts like the partial or cold ones"
     )
 
 
@@ -160,7 +161,8 @@ def test_the_command_prints_the_report_as_json_and_as_a_table():
     call_command("outcomes", "--workspaces", stdout=out)
     table = out.getvalue()
     assert "depth 4-7" in table and "depth before the window" in table
-    assert "from depth 4 on:\nworkspaces last about 4 other pipelines" in table
+    assert "From depth 4 on, exact placements start like cold ones" in table
+    assert "workspaces last about 4 other pipelines" in table
 
 
 @pytest.mark.django_db(transaction=True)

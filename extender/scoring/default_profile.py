@@ -1,5 +1,6 @@
 """How kube-scheduler's default profile ranks nodes for a pod with preferred terms,
-for the simulator's `webhook` mode (the admissions themselves: `admissions`).
+for the simulator's `webhook` mode (the admissions themselves: `admissions`), and
+which nodes it scores at all (`scored_nodes`, its sampling).
 
 The model follows Kubernetes' own code (read at v1.31; unchanged since v1.25):
 
@@ -62,3 +63,32 @@ def affinity_points(terms: Mapping[str, int], candidates: Sequence[str]) -> list
     """What NodeAffinity adds to each candidate's total: weight x normalised score."""
     weight = PLUGIN_WEIGHTS["NodeAffinity"]
     return [weight * score for score in node_affinity_scores(terms, candidates)]
+
+
+# kube-scheduler's minFeasibleNodesToFind: sampling never scores fewer nodes.
+MIN_FEASIBLE_NODES = 100
+
+
+def scored_nodes(
+    free: list[float], cpu: float, start: int, percentage: int
+) -> tuple[list[int], int]:
+    """The nodes kube-scheduler scores for a pod needing `cpu`, and the next start.
+
+    Like upstream: walk the nodes round-robin from `start`, keep those with room,
+    stop once `max(100, n * percentage / 100)` are found (all of them at 100 % or
+    with at most 100 nodes), and let the next pod start where this walk ended.
+    """
+    total = len(free)
+    wanted = total
+    if percentage < 100 and total > MIN_FEASIBLE_NODES:
+        wanted = max(MIN_FEASIBLE_NODES, total * percentage // 100)
+    found: list[int] = []
+    examined = 0
+    for step in range(total):
+        node = (start + step) % total
+        examined += 1
+        if free[node] >= cpu:
+            found.append(node)
+            if len(found) >= wanted:
+                break
+    return found, (start + examined) % total

@@ -52,7 +52,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from extender.scoring.admissions import WebhookAdmissions
-from extender.scoring.default_profile import affinity_points
+from extender.scoring.default_profile import affinity_points, scored_nodes
 from extender.scoring.rules import WarmRules
 from extender.scoring.scenarios import (
     Pod,
@@ -62,11 +62,10 @@ from extender.scoring.scenarios import (
     synthetic_workload,
 )
 from extender.scoring.strategies import SeedStrategy, WarmStrategy
-from extender.scoring.whatif import TrueWorth, demoted, held_only
+from extender.scoring.whatif import Recency, TrueWorth, held_only
 from history.labels import path_keys
 from history.outcomes import WARMTHS, format_sections, summarize
 from history.reader.memory import MemoryHistory
-from history.workspaces import NodeOrder
 from history.worth import WorthBook
 
 __all__ = [
@@ -74,7 +73,6 @@ __all__ = [
     "STRATEGY_NAMES",
     "format_table",
     "run",
-    "scored_nodes",
     "simulate",
     "with_options",
 ]
@@ -84,38 +82,11 @@ STRATEGY_NAMES = ("none", "seed", "warm", "adaptive", "webhook")
 # ceiling of what learning can add; `oracle-cache`, also told which caches still
 # hold the pod's workspaces; `lru`, `warm` with each node's own workspace counted
 # gone once LRU_DEPTH other pipelines ran there since (a rule under study).
-EXTRA_STRATEGIES = ("oracle", "oracle-cache", "lru")
+EXTRA_STRATEGIES = ("oracle", "oracle-cache", "lru", "lru-learned")
 # The strategies that learn what warmth is worth to each pipeline (`history.worth`)
 # from the outcomes of the pods they placed, as the extender and the webhook do
 # with KSSCHED_WORTH=auto; `warm` is the same scoring with weight 1 throughout.
 LEARNING = ("adaptive", "webhook")
-# kube-scheduler's minFeasibleNodesToFind: sampling never scores fewer nodes.
-MIN_FEASIBLE_NODES = 100
-
-
-def scored_nodes(
-    free: list[float], cpu: float, start: int, percentage: int
-) -> tuple[list[int], int]:
-    """The nodes kube-scheduler scores for a pod needing `cpu`, and the next start.
-
-    Like upstream: walk the nodes round-robin from `start`, keep those with room,
-    stop once `max(100, n * percentage / 100)` are found (all of them at 100 % or
-    with at most 100 nodes), and let the next pod start where this walk ended.
-    """
-    total = len(free)
-    wanted = total
-    if percentage < 100 and total > MIN_FEASIBLE_NODES:
-        wanted = max(MIN_FEASIBLE_NODES, total * percentage // 100)
-    found: list[int] = []
-    examined = 0
-    for step in range(total):
-        node = (start + step) % total
-        examined += 1
-        if free[node] >= cpu:
-            found.append(node)
-            if len(found) >= wanted:
-                break
-    return found, (start + examined) % total
 
 
 def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str, Any]:
@@ -148,7 +119,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
     startups = 0.0
     next_start = 0
     book = WorthBook() if strategy in LEARNING else None
-    recent = NodeOrder()
+    recency = Recency(learned=strategy == "lru-learned")
 
     events: list[tuple[float, int, str, Any]] = []
     sequence = 0
@@ -198,8 +169,8 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         if strategy == "oracle-cache":
             held = [caches[i] for i in scored]
             scores = held_only(scores, held, path_keys(pod.label))
-        elif strategy == "lru":
-            scores = demoted(scores, candidates, path_keys(pod.label)[-1], recent)
+        elif strategy in ("lru", "lru-learned"):
+            scores = recency.demoted(scores, candidates, path_keys(pod.label)[-1])
         return [score * weight for score in scores]
 
     def try_place(pod: Pod, now: float) -> bool:
@@ -249,10 +220,10 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         load[chosen] += pod.cpu * duration
         waits.append(now - pod.arrived)
         history.place(label=pod.label, node=names[chosen], now=now)
-        recent.place(names[chosen], workspaces[-1])
+        row = recency.placed(names[chosen], workspaces[-1], level, startup, pod.base)
         if admissions is not None:
             admissions.placed(pod.label, now)
-        finish = (pod, chosen, level, startup)
+        finish = (pod, chosen, level, startup, row)
         heapq.heappush(events, (now + duration, sequence, "finish", finish))
         sequence += 1
         return True
@@ -271,7 +242,8 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
                     pending.append(pod)
                     terms[id(pod)] = admissions.admit(pod.label, now)
         elif kind == "finish":
-            pod, node, level, startup = payload
+            pod, node, level, startup, row = payload
+            recency.finished(row)
             free[node] += pod.cpu
             running[node] -= 1
             history.finish(label=pod.label, node=names[node])
@@ -282,6 +254,7 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
             caches[payload].clear()
             used[payload] = 0.0
             history.replace(node=names[payload], now=now)
+            recency.order.forget(names[payload])
             continue
         # FIFO: the head of the queue waits until it fits (no overtaking).
         while pending and try_place(pending[0], now):
@@ -307,6 +280,8 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         "startup_hours": round(startups / 3600, 1),
         "weights": book.bands() if book is not None else None,
         "mean_wait_seconds": round(sum(waits) / len(waits), 1) if waits else 0.0,
+        # `lru` and `lru-learned`: the depth from which workspaces count as gone.
+        "workspace_depth": recency.depth if strategy.startswith("lru") else None,
     }
 
 

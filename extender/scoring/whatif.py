@@ -7,6 +7,9 @@ knowledge could add to `warm`, and a rule under study.
   placement history does hold (`history.workspaces.NodeOrder`), a node where
   `LRU_DEPTH` or more other pipelines ran since this one is scored as if its
   workspace were gone (strategy `lru`), as an LRU cache would have dropped it.
+* `Recency`: that order for a simulation run, and for strategy `lru-learned` the
+  depth read from the run's own outcomes so far, as `outcomes --workspaces` reads
+  it from a ledger (`history.workspaces.depth_report`), instead of LRU_DEPTH.
 
 docs/scoring.md gives what each measured.
 """
@@ -15,10 +18,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Container, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from extender.scoring.rules import NO_HISTORY_SCORE
-from history.workspaces import NodeOrder
+from history.workspaces import NodeOrder, depth_report
 from history.worth import MIN_UNIT, Estimate, weight_for
 
 if TYPE_CHECKING:
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
 # workspace counts as gone. In the `worth` scenario 2 to 4 gain most; with 4 no
 # scenario loses time saved over seeds 1-5 (docs/scoring.md).
 LRU_DEPTH = 4
+# Strategy `lru-learned`: ended pods between two readings of the depth.
+READ_EVERY = 100
 
 
 class TrueWorth:
@@ -84,3 +89,43 @@ def demoted(
         else score
         for score, node in zip(scores, nodes, strict=True)
     ]
+
+
+class Recency:
+    """The order pipelines ran in on each node during a simulation run, and the depth
+    from which `lru` counts a workspace gone: LRU_DEPTH, or with `learned` the
+    depth the workspace report names from the pods ended so far (none named yet:
+    no node is demoted, `warm` as it is)."""
+
+    def __init__(self, *, learned: bool) -> None:
+        self.order = NodeOrder()
+        self.learned = learned
+        self.depth: int | None = None if learned else LRU_DEPTH
+        # The ledger as the report reads it: node, label, warmth (the history's:
+        # exact when the pipeline ran on the node before), outcome, startup, run.
+        self.rows: list[list[Any]] = []
+        self.unread = 0
+
+    def demoted(self, scores: list[int], nodes: Sequence[str], key: str) -> list[int]:
+        if self.depth is None:
+            return scores
+        return demoted(scores, nodes, key, self.order, self.depth)
+
+    def placed(
+        self, node: str, key: str, level: str, startup: float, run: float
+    ) -> list[Any]:
+        """Record a placement (`level`: the cache's warmth); returns its ledger row."""
+        ran_before = self.order.place(node, key) is not None
+        row = [node, key, "exact" if ran_before else level, "", startup, run]
+        if self.learned:
+            self.rows.append(row)
+        return row
+
+    def finished(self, row: list[Any]) -> None:
+        if not self.learned:
+            return
+        row[3] = "Succeeded"
+        self.unread += 1
+        if self.unread >= READ_EVERY:
+            self.unread = 0
+            self.depth = depth_report(tuple(r) for r in self.rows)["gone_from"]

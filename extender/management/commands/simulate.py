@@ -94,7 +94,8 @@ class Command(BaseCommand):
             "oracle: adaptive told each pipeline's worth, the ceiling of learning; "
             "oracle-cache: also told which nodes' caches still hold the workspaces; "
             f"lru: warm, a node counted cold for a pipeline once {LRU_DEPTH} others "
-            "ran there since (a rule under study)",
+            "ran there since (a rule under study); lru-learned: lru with the depth "
+            "read from the run's own outcomes, as outcomes --workspaces reads it",
         )
         parser.add_argument(
             "--from-db",
