@@ -8,16 +8,16 @@ order: each placement's node, pipeline label and time. Walking each node's
 placements in that order gives every placement its *depth*: how many other
 pipelines were placed on the node since this pipeline last was (0: it was the
 last one there). If exact placements start like cold (or partial) ones from some
-depth on,
-the workspaces on these nodes last about that many other pipelines. That depth is
-what `simulate`'s `lru` rule assumes (docs/scoring.md); this report measures it on
-a cluster's own ledger.
+depth on, the workspaces on these nodes last about that many other pipelines. That
+depth is what `simulate`'s `lru` rule assumes, and what `lru-learned` reads from
+its own run (docs/scoring.md); this report measures it on a cluster's own ledger.
 
 Depths are counted within the report's window: an exact placement whose pipeline
 was not placed on that node earlier in the window has depth "before the window".
-Depths past `DEEPEST` are not told apart (each node remembers only its last
-DEEPEST + 1 pipelines, so the walk's memory is bounded by the nodes, not the
-placements). Used by `manage.py outcomes --workspaces`.
+Depths past `DEEPEST` are not told apart: each node keeps its last DEEPEST + 1
+pipelines in order, and a set of the pipelines placed there, so the walk's memory
+grows with the (node, pipeline) pairs, not with the placements. Used by `manage.py
+outcomes --workspaces` and `GET /api/outcomes/workspaces/`.
 """
 
 from __future__ import annotations
