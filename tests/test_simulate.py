@@ -312,6 +312,12 @@ def test_from_db_replays_the_ledger():
     assert report["scenario"]["nodes"] == 4
     assert all(r["pods"] == 40 for r in report["results"])
     assert simulate_json("--from-db", "--nodes", "6")["scenario"]["nodes"] == 6
+    lru, learned = simulate_json("--from-db", "--strategies", "lru,lru-learned")[
+        "results"
+    ]
+    assert lru["pods"] == learned["pods"] == 40
+    # Fewer ended pods than one reading takes: no depth named yet.
+    assert (lru["workspace_depth"], learned["workspace_depth"]) == (LRU_DEPTH, None)
 
 
 def test_simulated_startup_and_run_by_warmth_follow_the_cost_model():
