@@ -81,7 +81,8 @@ STRATEGY_NAMES = ("none", "seed", "warm", "adaptive", "webhook")
 # On request only (`whatif`): `oracle`, `adaptive` told every pipeline's worth, the
 # ceiling of what learning can add; `oracle-cache`, also told which caches still
 # hold the pod's workspaces; `lru`, `warm` with each node's own workspace counted
-# gone once LRU_DEPTH other pipelines ran there since (a rule under study).
+# gone once LRU_DEPTH other pipelines ran there since (a rule under study);
+# `lru-learned`, the same with the depth read from the run's own outcomes.
 EXTRA_STRATEGIES = ("oracle", "oracle-cache", "lru", "lru-learned")
 # The strategies that learn what warmth is worth to each pipeline (`history.worth`)
 # from the outcomes of the pods they placed, as the extender and the webhook do
