@@ -44,6 +44,12 @@ BUCKETS: tuple[tuple[int, int | None], ...] = (
     (0, 0), (1, 1), (2, 2), (3, 3), (4, 7), (8, 15), (16, None),
 )  # fmt: skip
 DEEPEST = 16
+# Age buckets (from, to) in seconds: the time since the same pipeline was last
+# placed on the node; None: no upper end.
+AGES: tuple[tuple[int, int | None], ...] = (
+    (0, 600), (600, 3600), (3600, 6 * 3600), (6 * 3600, 86400),
+    (86400, 3 * 86400), (3 * 86400, 7 * 86400), (7 * 86400, None),
+)  # fmt: skip
 BEFORE_WINDOW = "before the window"
 # The share of the penalty (the partial or cold median startup - depth 0's) at
 # which a bucket's exact placements count as starting like ones that missed.
@@ -56,14 +62,27 @@ def bucket_name(first: int, last: int | None) -> str:
     return str(first) if first == last else f"{first}-{last}"
 
 
+def age_name(first: int, last: int | None) -> str:
+    """(600, 3600) -> "10 min-1 h", (604800, None) -> "7 d+"."""
+    return f"{_span(first)}+" if last is None else f"{_span(first)}-{_span(last)}"
+
+
+def _span(seconds: int) -> str:
+    if seconds == 0:
+        return "0"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h" if seconds < 86400 else f"{seconds // 86400} d"
+
+
 class NodeOrder:
     """The order in which pipelines were placed on each node, fed placements in the
     order they were bound. Memory: DEEPEST + 1 labels per node, and each (node,
-    label) pair once (as many as the history's own-key rows)."""
+    label) pair once with its last placement's time."""
 
     def __init__(self) -> None:
         self.recent: dict[str, list[str]] = {}  # per node, most recent first
-        self.seen: dict[str, set[str]] = {}
+        self.last: dict[str, dict[str, float]] = {}  # per node, label -> time
 
     def depth(self, node: str, label: str) -> int | None:
         """The other labels placed on `node` since `label` last was, capped at
@@ -71,23 +90,29 @@ class NodeOrder:
         order = self.recent.get(node, [])
         if label in order:
             return order.index(label)
-        return DEEPEST if label in self.seen.get(node, ()) else None
+        return DEEPEST if label in self.last.get(node, ()) else None
 
-    def place(self, node: str, label: str) -> int | None:
-        """Record a placement; returns its depth (`depth` just before it)."""
+    def age(self, node: str, label: str, at: float) -> float | None:
+        """Seconds from `label`'s last placement on `node` to `at` (None: never)."""
+        last = self.last.get(node, {}).get(label)
+        return None if last is None else at - last
+
+    def place(self, node: str, label: str, at: float = 0.0) -> int | None:
+        """Record a placement at `at` (Unix seconds); returns its depth (`depth`
+        just before it)."""
         depth = self.depth(node, label)
         order = self.recent.setdefault(node, [])
         if label in order:
             order.remove(label)
         order.insert(0, label)
         del order[DEEPEST + 1 :]
-        self.seen.setdefault(node, set()).add(label)
+        self.last.setdefault(node, {})[label] = at
         return depth
 
     def forget(self, node: str) -> None:
         """A node replaced: what ran on the machine before is gone with it."""
         self.recent.pop(node, None)
-        self.seen.pop(node, None)
+        self.last.pop(node, None)
 
 
 def _bucket_of(depth: int | None) -> str:
@@ -97,6 +122,15 @@ def _bucket_of(depth: int | None) -> str:
         if depth >= first and (last is None or depth <= last):
             return bucket_name(first, last)
     raise AssertionError(depth)  # the last bucket has no upper end
+
+
+def _age_of(age: float | None) -> str:
+    if age is None:
+        return BEFORE_WINDOW
+    for first, last in AGES:
+        if last is None or age < last:
+            return age_name(first, last)
+    raise AssertionError(age)  # the last bucket has no upper end
 
 
 def workspace_report(
@@ -110,9 +144,10 @@ def workspace_report(
 
     `label` narrows what is reported to a pipeline given as a key or label value
     (as `outcomes.outcome_report` does); depths still count every pipeline placed
-    on the node. Returns {"depths": [{"depth", **S}], "partial": S, "cold": S,
-    "gone_from": int | None, "gone_reason": str | None, "since", "until"}, S as in
-    `outcomes.summarize`.
+    on the node. Returns {"depths": [{"depth", **S}], "ages": [{"age", **S}],
+    "partial": S, "cold": S, "gone_from", "gone_reason", "gone_after",
+    "gone_after_reason", "half_life_days", "since", "until"}, S as in
+    `outcomes.summarize` (see `depth_report`).
     """
     until = until or timezone.now()
     since = since or until - WINDOW
@@ -125,101 +160,149 @@ def workspace_report(
         Placement.objects.filter(bound_at__gte=since, bound_at__lt=until)
         .order_by("node", "bound_at", "pk")
         .values_list(
-            "node", "label", "warmth", "outcome", "startup_seconds", "run_seconds"
+            "node",
+            "label",
+            "bound_at",
+            "warmth",
+            "outcome",
+            "startup_seconds",
+            "run_seconds",
         )
     )
+    timed = (
+        (node, name, at.timestamp(), warmth, outcome, startup, run)
+        for node, name, at, warmth, outcome, startup, run in rows.iterator()
+    )
     return {
-        **depth_report(rows.iterator(), wanted=wanted),
+        **depth_report(timed, wanted=wanted),
         "since": iso(since),
         "until": iso(until),
     }
 
 
 def depth_report(
-    rows: Iterable[tuple[str, str, str, str, float | None, float | None]],
+    rows: Iterable[tuple[str, str, float, str, str, float | None, float | None]],
     *,
     wanted: Container[str] | None = None,
 ) -> dict[str, Any]:
-    """The report's figures from placements (node, label, warmth, outcome, startup,
-    run) in the order they were bound: {"depths", "partial", "cold", "gone_from",
-    "gone_reason"}. Only the labels in `wanted` (all: None) are reported; every
-    placement counts in the depths. Placements without an outcome are not reported."""
-    names = [BEFORE_WINDOW, *(bucket_name(*bucket) for bucket in BUCKETS)]
-    by_depth: dict[str, list[Row]] = {name: [] for name in names}
+    """The report's figures from placements (node, label, bound at in Unix seconds,
+    warmth, outcome, startup, run) in the order they were bound. Only the labels in
+    `wanted` (all: None) are reported; every placement counts in the depths and
+    ages. Placements without an outcome are not reported.
+
+    Exact placements by depth and by age (the time since the same pipeline was
+    last placed on the node); `gone_from`, the first depth, and `gone_after`, the
+    first age in seconds, whose placements start like ones that missed their
+    workspace (`first_gone`), each None with the reason why; `half_life_days`,
+    half of `gone_after` (KSSCHED_HALF_LIFE_DAYS: about half the time a workspace
+    survives)."""
+    depth_names = [BEFORE_WINDOW, *(bucket_name(*b) for b in BUCKETS)]
+    age_names = [BEFORE_WINDOW, *(age_name(*b) for b in AGES)]
+    by_depth: dict[str, list[Row]] = {name: [] for name in depth_names}
+    by_age: dict[str, list[Row]] = {name: [] for name in age_names}
     partial: list[Row] = []
     cold: list[Row] = []
     order = NodeOrder()
-    for node, label, warmth, outcome, startup, run in rows:
-        depth = order.place(node, label)
+    for node, label, at, warmth, outcome, startup, run in rows:
+        age = order.age(node, label, at)
+        depth = order.place(node, label, at)
         if not outcome or (wanted is not None and label not in wanted):
             continue
         row = (outcome, startup, run)
         if warmth == Placement.Warmth.EXACT:
             by_depth[_bucket_of(depth)].append(row)
+            by_age[_age_of(age)].append(row)
         elif warmth == Placement.Warmth.PARTIAL:
             partial.append(row)
         elif warmth == Placement.Warmth.COLD:
             cold.append(row)
     report: dict[str, Any] = {
-        "depths": [{"depth": name, **summarize(by_depth[name])} for name in names],
+        "depths": [{"depth": n, **summarize(by_depth[n])} for n in depth_names],
+        "ages": [{"age": n, **summarize(by_age[n])} for n in age_names],
         "partial": summarize(partial),
         "cold": summarize(cold),
     }
-    report["gone_from"], report["gone_reason"] = gone_from(report)
+    # Each bucket's first value beside its figures, BEFORE_WINDOW's left out.
+    depths = [(b[0], d) for b, d in zip(BUCKETS, report["depths"][1:], strict=True)]
+    ages = [(b[0], a) for b, a in zip(AGES, report["ages"][1:], strict=True)]
+    warm = depths[0][1]
+    report["gone_from"], report["gone_reason"] = first_gone(
+        report, warm, depths[1:], "depth"
+    )
+    report["gone_after"], report["gone_after_reason"] = first_gone(
+        report, warm, ages, "age"
+    )
+    after = report["gone_after"]
+    report["half_life_days"] = None if after is None else round(after / 2 / 86400, 3)
     return report
 
 
-def gone_from(report: dict[str, Any]) -> tuple[int | None, str | None]:
-    """(the first depth whose exact placements start like ones that did not find
-    their workspace, None), or (None, why none is given).
+def first_gone(
+    report: dict[str, Any],
+    warm: dict[str, Any],
+    buckets: list[tuple[int, dict[str, Any]]],
+    what: str,
+) -> tuple[int | None, str | None]:
+    """(the first value of the first of `buckets` whose exact placements start like
+    ones that did not find their workspace, None), or (None, why none is given).
 
-    The reference is the faster of the partial and the cold placements' median
-    startup (a workspace gone may leave its shared toolchain behind), each class
-    counting with MIN_RUNS successful runs. A bucket starts like them when its
-    median is at least GONE_SHARE of the way from depth 0's median to the
-    reference; each bucket needs MIN_RUNS successful runs too."""
-    # The entries after BEFORE_WINDOW's, one per bucket; depth 0's first.
-    (_, zero), *deeper = zip(BUCKETS, report["depths"][1:], strict=True)
+    `warm` (depth 0's figures) is how a workspace found starts. The reference is
+    the faster of the partial and the cold placements' median startup (a workspace
+    gone may leave its shared toolchain behind), each class counting with MIN_RUNS
+    successful runs. A bucket starts like them when its median is at least
+    GONE_SHARE of the way from `warm`'s median to the reference; each bucket, and
+    `warm`, needs MIN_RUNS successful runs too."""
     others = [
         report[warmth]["startup_p50"]
         for warmth in ("partial", "cold")
         if report[warmth]["runs"] >= MIN_RUNS
     ]
-    if zero["runs"] < MIN_RUNS or not others:
+    if warm["runs"] < MIN_RUNS or not others:
         return None, (
             f"needs at least {MIN_RUNS} successful runs at depth 0 and {MIN_RUNS} "
-            f"partial or cold; has {zero['runs']} at depth 0, "
+            f"partial or cold; has {warm['runs']} at depth 0, "
             f"{report['partial']['runs']} partial and {report['cold']['runs']} cold"
         )
-    warm = zero["startup_p50"]
-    penalty = min(others) - warm
+    fast = warm["startup_p50"]
+    penalty = min(others) - fast
     if penalty <= 0:
         return None, "partial or cold placements start no slower than depth 0's"
-    for (first, _), bucket in deeper:
+    for first, bucket in buckets:
         if bucket["runs"] >= MIN_RUNS and (
-            bucket["startup_p50"] - warm >= GONE_SHARE * penalty
+            bucket["startup_p50"] - fast >= GONE_SHARE * penalty
         ):
             return first, None
-    return None, "no depth with enough runs starts like the partial or cold ones"
+    return None, f"no {what} with enough runs starts like the partial or cold ones"
 
 
 def format_workspaces(report: dict[str, Any]) -> str:
     """`workspace_report` as the table `manage.py outcomes --workspaces` prints."""
-    sections = [(f"depth {d['depth']}", d) for d in report["depths"]]
+    depths = [(f"depth {d['depth']}", d) for d in report["depths"]]
+    ages = [(f"age {a['age']}", a) for a in report["ages"]]
+    others = [("partial", report["partial"]), ("cold", report["cold"])]
     lines = [
         f"Pipeline pods bound from {report['since']} to {report['until']}",
-        "Exact placements by depth: the other pipelines placed on the node since",
-        "the pipeline last was. Medians and p90 over successful runs, in seconds.",
+        "Exact placements by depth (the other pipelines placed on the node since",
+        "the pipeline last was) and by age (the time since). Medians and p90 over",
+        "successful runs, in seconds.",
         "",
-        *_rows(sections + [("partial", report["partial"]), ("cold", report["cold"])]),
+        *_rows(depths + others),
+        "",
+        *_rows(ages),
         "",
     ]
-    if report["gone_from"] is not None:
-        depth = report["gone_from"]
+    if (depth := report["gone_from"]) is not None:
         lines.append(f"From depth {depth} on, exact placements start like cold ones")
         lines.append(f"(or partial): workspaces last about {depth} other pipelines.")
     else:
         lines.append(f"No depth where workspaces look gone: {report['gone_reason']}.")
+    if (after := report["gone_after"]) is not None:
+        days = number_text(report["half_life_days"])
+        lines.append(f"From an age of {_span(after)} on, they start like cold ones")
+        lines.append(f"too: KSSCHED_HALF_LIFE_DAYS={days} (half of that) matches.")
+    else:
+        why = report["gone_after_reason"]
+        lines.append(f"No age where workspaces look gone: {why}.")
     return "\n".join(lines)
 
 

@@ -536,7 +536,7 @@ def test_lru_learned_reads_the_depth_from_the_outcomes_so_far():
         key = f"p{rng.randrange(8)}$"
         level = "exact" if key in cache else "cold"
         startup = 10.0 if level == "exact" else 60.0
-        recency.finished(recency.placed("n0", key, level, startup, 100.0))
+        recency.finished(recency.placed("n0", key, 0.0, level, startup, 100.0))
         cache[key] = None
         cache.move_to_end(key)
         if len(cache) > 2:

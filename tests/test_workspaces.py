@@ -61,9 +61,9 @@ class Ledger:
         self.at = timezone.now() - timedelta(days=1)
         self.pods = 0
 
-    def place(self, label, node, warmth, startup=None):
+    def place(self, label, node, warmth, startup=None, after=timedelta(minutes=1)):
         self.pods += 1
-        self.at += timedelta(minutes=1)
+        self.at += after
         uid = f"u{self.pods}"
         record_placement(
             pod_uid=uid,
@@ -80,6 +80,10 @@ class Ledger:
 
 def by_depth(report):
     return {d["depth"]: (d["runs"], d["startup_p50"]) for d in report["depths"]}
+
+
+def by_age(report):
+    return {a["age"]: (a["runs"], a["startup_p50"]) for a in report["ages"]}
 
 
 def evicting_cluster():
@@ -237,3 +241,37 @@ def test_the_api_serves_the_same_report_to_viewers_only():
     assert outcomes["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/OutcomeReport"
     }
+
+
+def test_the_age_where_workspaces_look_gone_gives_a_half_life():
+    """ci-java-app back on n1 after 5 minutes starts in 10 s, after 2 hours in 12 s,
+    after 2 days in 55 s (cold: 60 s): workspaces survive about a day, so a
+    half-life of half a day matches."""
+    ledger = Ledger()
+    ledger.at = timezone.now() - timedelta(days=20)
+    ledger.place(JAVA, "n1", "exact", startup=30)  # before the window
+    for after, startup in ((timedelta(minutes=5), 10), (timedelta(hours=2), 12)):
+        for _ in range(5):
+            ledger.place(JAVA, "n1", "exact", startup=startup, after=after)
+    for _ in range(5):
+        ledger.place(JAVA, "n1", "exact", startup=55, after=timedelta(days=2))
+    for k in range(5):
+        ledger.place("ci-rust-lib", f"c{k}", "cold", startup=60)
+    report = workspace_report()
+    assert by_age(report) == {
+        BEFORE_WINDOW: (1, 30),
+        "0-10 min": (5, 10),
+        "10 min-1 h": (0, None),
+        "1 h-6 h": (5, 12),
+        "6 h-1 d": (0, None),
+        "1 d-3 d": (5, 55),
+        "3 d-7 d": (0, None),
+        "7 d+": (0, None),
+    }
+    assert (report["gone_after"], report["half_life_days"]) == (86400, 0.5)
+    assert by_depth(report)["0"] == (15, 12)  # one pipeline on n1: always depth 0
+    assert report["gone_from"] is None
+    out = StringIO()
+    call_command("outcomes", "--workspaces", "--since", "2026-01-01", stdout=out)
+    assert "From an age of 1 d on, they start like cold ones\ntoo: " in out.getvalue()
+    assert "KSSCHED_HALF_LIFE_DAYS=0.5 (half of that) matches." in out.getvalue()

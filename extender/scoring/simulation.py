@@ -221,7 +221,9 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         load[chosen] += pod.cpu * duration
         waits.append(now - pod.arrived)
         history.place(label=pod.label, node=names[chosen], now=now)
-        row = recency.placed(names[chosen], workspaces[-1], level, startup, pod.base)
+        row = recency.placed(
+            names[chosen], workspaces[-1], now, level, startup, pod.base
+        )
         if admissions is not None:
             admissions.placed(pod.label, now)
         finish = (pod, chosen, level, startup, row)

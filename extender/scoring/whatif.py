@@ -101,8 +101,9 @@ class Recency:
         self.order = NodeOrder()
         self.learned = learned
         self.depth: int | None = None if learned else LRU_DEPTH
-        # The ledger as the report reads it: node, label, warmth (the history's:
-        # exact when the pipeline ran on the node before), outcome, startup, run.
+        # The ledger as the report reads it: node, label, bound at, warmth (the
+        # history's: exact when the pipeline ran on the node before), outcome,
+        # startup, run.
         self.rows: list[list[Any]] = []
         self.unread = 0
 
@@ -112,11 +113,12 @@ class Recency:
         return demoted(scores, nodes, key, self.order, self.depth)
 
     def placed(
-        self, node: str, key: str, level: str, startup: float, run: float
+        self, node: str, key: str, at: float, level: str, startup: float, run: float
     ) -> list[Any]:
-        """Record a placement (`level`: the cache's warmth); returns its ledger row."""
-        ran_before = self.order.place(node, key) is not None
-        row = [node, key, "exact" if ran_before else level, "", startup, run]
+        """Record a placement at `at` (`level`: the cache's warmth); returns its
+        ledger row."""
+        ran_before = self.order.place(node, key, at) is not None
+        row = [node, key, at, "exact" if ran_before else level, "", startup, run]
         if self.learned:
             self.rows.append(row)
         return row
@@ -124,7 +126,7 @@ class Recency:
     def finished(self, row: list[Any]) -> None:
         if not self.learned:
             return
-        row[3] = "Succeeded"
+        row[4] = "Succeeded"
         self.unread += 1
         if self.unread >= READ_EVERY:
             self.unread = 0
