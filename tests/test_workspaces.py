@@ -1,5 +1,6 @@
-"""How long workspaces last: exact placements by depth (`history.workspaces`,
-`manage.py outcomes --workspaces`), from the ledger and through the real watcher."""
+"""How long workspaces last: exact placements by depth and by age
+(`history.workspaces`, `manage.py outcomes --workspaces`, the API), from the ledger
+and through the real watcher."""
 
 import random
 from collections import OrderedDict
@@ -55,7 +56,8 @@ def test_depths_past_the_deepest_are_not_told_apart_and_memory_stays_bounded():
 
 
 class Ledger:
-    """Placements written through the ledger, a minute apart, with their times."""
+    """Placements written through the ledger, a minute apart (or `after` the one
+    before), with their times."""
 
     def __init__(self):
         self.at = timezone.now() - timedelta(days=1)
