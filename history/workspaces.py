@@ -146,7 +146,7 @@ def workspace_report(
     (as `outcomes.outcome_report` does); depths still count every pipeline placed
     on the node. Returns {"depths": [{"depth", **S}], "ages": [{"age", **S}],
     "partial": S, "cold": S, "gone_from", "gone_reason", "gone_after",
-    "gone_after_reason", "half_life_days", "since", "until"}, S as in
+    "gone_after_reason", "since", "until"}, S as in
     `outcomes.summarize` (see `depth_report`).
     """
     until = until or timezone.now()
@@ -193,9 +193,7 @@ def depth_report(
     Exact placements by depth and by age (the time since the same pipeline was
     last placed on the node); `gone_from`, the first depth, and `gone_after`, the
     first age in seconds, whose placements start like ones that missed their
-    workspace (`first_gone`), each None with the reason why; `half_life_days`,
-    half of `gone_after` (KSSCHED_HALF_LIFE_DAYS: about half the time a workspace
-    survives)."""
+    workspace (`first_gone`), each None with the reason why."""
     depth_names = [BEFORE_WINDOW, *(bucket_name(*b) for b in BUCKETS)]
     age_names = [BEFORE_WINDOW, *(age_name(*b) for b in AGES)]
     by_depth: dict[str, list[Row]] = {name: [] for name in depth_names}
@@ -232,8 +230,6 @@ def depth_report(
     report["gone_after"], report["gone_after_reason"] = first_gone(
         report, warm, ages, "age"
     )
-    after = report["gone_after"]
-    report["half_life_days"] = None if after is None else round(after / 2 / 86400, 3)
     return report
 
 
@@ -297,9 +293,7 @@ def format_workspaces(report: dict[str, Any]) -> str:
     else:
         lines.append(f"No depth where workspaces look gone: {report['gone_reason']}.")
     if (after := report["gone_after"]) is not None:
-        days = number_text(report["half_life_days"])
-        lines.append(f"From an age of {_span(after)} on, they start like cold ones")
-        lines.append(f"too: KSSCHED_HALF_LIFE_DAYS={days} (half of that) matches.")
+        lines.append(f"From an age of {_span(after)} on, they start like cold too.")
     else:
         why = report["gone_after_reason"]
         lines.append(f"No age where workspaces look gone: {why}.")
