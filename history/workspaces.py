@@ -1,5 +1,5 @@
 """How long a pipeline's workspace lasts on a node, from the ledger: the startup of
-exact placements by their depth.
+exact placements by their depth, and by their age.
 
 A node's caches (pulled images, build caches, workspaces) are bounded, so the
 oldest go as other pipelines run there. The history calls a placement exact when
@@ -7,17 +7,18 @@ the pipeline ran on that node before, however long ago. The ledger holds the
 order: each placement's node, pipeline label and time. Walking each node's
 placements in that order gives every placement its *depth*: how many other
 pipelines were placed on the node since this pipeline last was (0: it was the
-last one there). If exact placements start like cold (or partial) ones from some
-depth on, the workspaces on these nodes last about that many other pipelines. That
-depth is what `simulate`'s `lru` rule assumes, and what `lru-learned` reads from
-its own run (docs/scoring.md); this report measures it on a cluster's own ledger.
+last one there), and its *age*: the time since then. If exact placements start
+like cold (or partial) ones from some depth on, the workspaces on these nodes last
+about that many other pipelines. That depth is what `simulate`'s `lru` rule
+assumes, and what `lru-learned` reads from its own run (docs/scoring.md); this
+report measures it on a cluster's own ledger, and the age from which they do.
 
-Depths are counted within the report's window: an exact placement whose pipeline
-was not placed on that node earlier in the window has depth "before the window".
+Depths and ages are counted within the report's window: an exact placement whose
+pipeline was not placed on that node earlier in the window is "before the window".
 Depths past `DEEPEST` are not told apart: each node keeps its last DEEPEST + 1
-pipelines in order, and a set of the pipelines placed there, so the walk's memory
-grows with the (node, pipeline) pairs, not with the placements. Used by `manage.py
-outcomes --workspaces` and `GET /api/outcomes/workspaces/`.
+pipelines in order, and the last time of each pipeline placed there, so the walk's
+memory grows with the (node, pipeline) pairs, not with the placements. Used by
+`manage.py outcomes --workspaces` and `GET /api/outcomes/workspaces/`.
 """
 
 from __future__ import annotations
