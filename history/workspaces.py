@@ -152,23 +152,24 @@ def workspace_report(
     """
     until = until or timezone.now()
     since = since or until - WINDOW
-    wanted = (
-        set(queries.placements_of_pipeline(value=label).values_list("label", flat=True))
-        if label
-        else None
-    )
-    rows = (
-        Placement.objects.filter(bound_at__gte=since, bound_at__lt=until)
-        .order_by("node", "bound_at", "pk")
-        .values_list(
-            "node",
-            "label",
-            "bound_at",
-            "warmth",
-            "outcome",
-            "startup_seconds",
-            "run_seconds",
+    placed = Placement.objects.filter(bound_at__gte=since, bound_at__lt=until)
+    wanted = None
+    if label:
+        mine = queries.placements_of_pipeline(value=label).filter(
+            bound_at__gte=since, bound_at__lt=until
         )
+        wanted = set(mine.values_list("label", flat=True))
+        # A depth counts only the placements on its own node: the nodes where
+        # the pipeline ran are all the walk needs.
+        placed = placed.filter(node__in=mine.values("node"))
+    rows = placed.order_by("node", "bound_at", "pk").values_list(
+        "node",
+        "label",
+        "bound_at",
+        "warmth",
+        "outcome",
+        "startup_seconds",
+        "run_seconds",
     )
     timed = (
         (node, name, at.timestamp(), warmth, outcome, startup, run)
