@@ -287,8 +287,16 @@ class DepthFiguresSerializer(WarmthFiguresSerializer):
     )
 
 
+class AgeFiguresSerializer(WarmthFiguresSerializer):
+    age = serializers.CharField(
+        help_text='Time since the pipeline was last placed on the node: "0-10 min", '
+        '"1 d-3 d", "7 d+" or "before the window".'
+    )
+
+
 class WorkspaceReportSerializer(serializers.Serializer[dict[str, Any]]):
     depths = DepthFiguresSerializer(many=True)
+    ages = AgeFiguresSerializer(many=True)
     partial = WarmthFiguresSerializer()  # type: ignore[assignment]  # the JSON key
     cold = WarmthFiguresSerializer()
     gone_from = serializers.IntegerField(
@@ -296,6 +304,12 @@ class WorkspaceReportSerializer(serializers.Serializer[dict[str, Any]]):
         help_text="The first depth whose exact placements start like cold ones.",
     )
     gone_reason = serializers.CharField(allow_null=True)
+    gone_after = serializers.IntegerField(
+        allow_null=True,
+        help_text="The first age, in seconds, whose exact placements start like "
+        "cold ones.",
+    )
+    gone_after_reason = serializers.CharField(allow_null=True)
     since = serializers.DateTimeField()
     until = serializers.DateTimeField()
 
@@ -306,7 +320,8 @@ class WorkspaceReportSerializer(serializers.Serializer[dict[str, Any]]):
     )
 )
 class WorkspaceReportView(OutcomeReportView):
-    """Startup of exact placements by depth: how long workspaces last on the nodes."""
+    """Startup of exact placements by depth and by age: how long workspaces last on
+    the nodes."""
 
     report = staticmethod(workspaces.workspace_report)
 

@@ -239,6 +239,9 @@ def test_the_api_serves_the_same_report_to_viewers_only():
     assert {p["name"] for p in operation["parameters"]} == {"label", "since"}
     answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
     assert answer == {"$ref": "#/components/schemas/WorkspaceReport"}
+    # The schema names every key the report answers with.
+    fields = schema["components"]["schemas"]["WorkspaceReport"]["properties"]
+    assert set(fields) == set(body)
     outcomes = schema["paths"]["/api/outcomes/"]["get"]["responses"]["200"]
     assert outcomes["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/OutcomeReport"

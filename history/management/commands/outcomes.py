@@ -1,7 +1,7 @@
 """`manage.py outcomes`: startup and run time by warmth, and the time warm placement
 saved, per pipeline label and overall (`history.outcomes`); with `--workspaces`, the
-startup of exact placements by how many other pipelines ran on the node since
-(`history.workspaces`)."""
+startup of exact placements by how many other pipelines ran on the node since, and
+how long ago (`history.workspaces`)."""
 
 from typing import Any
 
@@ -32,8 +32,8 @@ class Command(BaseCommand):
             "--workspaces",
             action="store_true",
             help="report the startup of exact placements by depth (the other "
-            "pipelines placed on the node since the pipeline last was): how long "
-            "workspaces last on these nodes",
+            "pipelines placed on the node since the pipeline last was) and by age "
+            "(the time since): how long workspaces last on these nodes",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
