@@ -39,12 +39,12 @@ from history.outcomes import (
     number_text,
     summarize,
 )
+from history.reader.depths import DEEPEST, depth_in
 
 # Depth buckets (first, last) of the report; None: no upper end.
 BUCKETS: tuple[tuple[int, int | None], ...] = (
     (0, 0), (1, 1), (2, 2), (3, 3), (4, 7), (8, 15), (16, None),
 )  # fmt: skip
-DEEPEST = 16
 # Age buckets (from, to) in seconds: the time since the same pipeline was last
 # placed on the node; None: no upper end.
 AGES: tuple[tuple[int, int | None], ...] = (
@@ -88,10 +88,9 @@ class NodeOrder:
     def depth(self, node: str, label: str) -> int | None:
         """The other labels placed on `node` since `label` last was, capped at
         DEEPEST; None when it was not placed there before."""
-        order = self.recent.get(node, [])
-        if label in order:
-            return order.index(label)
-        return DEEPEST if label in self.last.get(node, ()) else None
+        if label not in self.last.get(node, ()):
+            return None
+        return depth_in(self.recent.get(node, []), label)
 
     def age(self, node: str, label: str, at: float) -> float | None:
         """Seconds from `label`'s last placement on `node` to `at` (None: never)."""

@@ -140,6 +140,12 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable("KSSCHED_SCORING", "warm", Choice(SCORING_NAMES)),
     Variable("KSSCHED_HALF_LIFE_DAYS", "7", _days("7")),
+    # At most history.reader.depths.DEEPEST (a test holds the two together).
+    Variable(
+        "KSSCHED_WORKSPACE_DEPTH",
+        "0",
+        Number("a whole number of pipelines", "4", above=False, whole=True, maximum=16),
+    ),
     Variable("KSSCHED_WORTH", "auto", Choice(("auto", "off"))),
     Variable("KSSCHED_WORTH_REFRESH_SECONDS", "60", _seconds("60")),
     Variable("KSSCHED_WORTH_DAYS", "30", _days("30")),

@@ -36,15 +36,15 @@ from extender.scoring.simulation import (
     simulate,
     with_options,
 )
-from extender.scoring.strategies import warm_inputs
+from extender.scoring.strategies import WarmStrategy, warm_inputs
 from extender.scoring.whatif import (
     LRU_DEPTH,
     READ_EVERY,
     Recency,
     TrueWorth,
-    demoted,
     held_only,
 )
+from history.labels import path_keys
 from history.ledger import record_outcome, record_placement
 from history.models import Placement
 from history.reader.memory import MemoryHistory
@@ -467,18 +467,26 @@ def test_the_cache_oracle_also_knows_which_caches_still_hold_the_workspaces():
 
 
 def test_lru_counts_a_workspace_gone_once_enough_other_pipelines_ran_since():
-    """`lru`: warm, with a node scored one above cold for a pipeline once LRU_DEPTH
+    """`lru`: production's rule (KSSCHED_WORKSPACE_DEPTH) at LRU_DEPTH, on the
+    simulator's store: a node scored one above cold for a pipeline once LRU_DEPTH
     other pipelines ran there since it last did (the order the history holds)."""
     assert LRU_DEPTH == 4
-    order = NodeOrder()
-    for key in ("a$", "b$", "c$", "a$", "d$"):
-        order.place("n0", key)
-    assert order.depth("n0", "a$") == 1 and order.depth("n0", "b$") == 3
-    assert order.depth("n0", "x$") is None and order.depth("n1", "a$") is None
-    order.place("n0", "e$")  # since b$: c$, a$, d$, e$
-    assert demoted([9, 9], ["n0", "n1"], "b$", order) == [2, 9]
-    assert demoted([9, 1], ["n0", "n0"], "a$", order) == [9, 1]
-    assert demoted([1], ["n0"], "b$", order) == [1]  # never raised
+    order, history = NodeOrder(), MemoryHistory(half_life=86400.0)
+    for label in ("a", "b", "c", "a", "d", "e"):
+        order.place("n0", label)
+        history.place(label=label, node="n0", now=0.0)
+        history.finish(label=label, node="n0")
+    history.place(label="b", node="n1", now=0.0)
+    history.finish(label="b", node="n1")
+    assert order.depth("n0", "a") == 2 and order.depth("n0", "b") == 4
+    assert order.depth("n0", "x") is None and order.depth("n1", "a") is None
+    lru = WarmStrategy(WarmRules(workspace_depth=LRU_DEPTH), reader=history)
+    read = history.read(keys=path_keys("b"), label="b", nodes=None, depths=True)
+    assert read.depths == {"n0": 4, "n1": 0}
+    # b's workspace on n0 counts as gone; on n1 it is warm; a's is kept on n0.
+    gone, kept, cold = lru.score(label="b", nodes=["n0", "n1", "n2"], now=0.0)
+    assert (gone, cold) == (2, 1) and kept > gone
+    assert lru.score(label="a", nodes=["n0"], now=0.0)[0] > gone
     warm, lru = run(with_options(SCENARIOS["worth"], seed=5), ("warm", "lru"))[
         "results"
     ]
@@ -529,7 +537,7 @@ def test_lru_learned_reads_the_depth_from_the_outcomes_so_far():
     """`lru-learned`: no node demoted until the run's own outcomes name a depth (as
     `outcomes --workspaces` names it); then `lru` at that depth."""
     recency = Recency(learned=True)
-    assert recency.demoted([9, 9], ["n0", "n1"], "a$") == [9, 9]
+    assert recency.depth is None  # nothing learned: no node demoted
     rng = random.Random(7)
     cache: OrderedDict[str, None] = OrderedDict()  # n0 keeps two workspaces
     for _ in range(READ_EVERY):
@@ -542,12 +550,7 @@ def test_lru_learned_reads_the_depth_from_the_outcomes_so_far():
         if len(cache) > 2:
             cache.popitem(last=False)
     assert recency.depth == 2
-    recency.order.place("n0", "x$")
-    recency.order.place("n0", "y$")
     recency.order.place("n0", "a$")
-    recency.order.place("n0", "b$")  # one other since a$: kept
-    recency.order.place("n0", "c$")  # two others since a$: gone
-    assert recency.demoted([9, 9], ["n0", "n1"], "a$") == [2, 9]
     recency.order.forget("n0")  # the node replaced
     assert recency.order.depth("n0", "a$") is None
     assert Recency(learned=False).depth == LRU_DEPTH

@@ -398,7 +398,7 @@ def test_kept_key_scores_equal_explained_scores_at_every_instant():
             for key, count, w, at in rows
         ]
 
-    unsettled = 0
+    unsettled = gone = 0
     for _ in range(60):
         keys = ["a", "b", "c", "d"][: rng.randint(1, 4)]
         start = 1.7e9 + rng.uniform(0, DAY)
@@ -456,6 +456,9 @@ def test_kept_key_scores_equal_explained_scores_at_every_instant():
         )
         active = {node: rng.randint(1, 3) for node in rng.sample(nodes, 5)}
         busy = {node: active.get(node, 0) + rng.randint(0, 2) for node in nodes[::3]}
+        # Workspace depths, and a depth from which a workspace counts as gone.
+        rules = WarmRules(workspace_depth=rng.choice([0, 1, 2, 4]))
+        depths = {node: rng.randint(0, 16) for node in rng.sample(nodes, 12)}
         by_key: dict[str, dict] = {key: {} for key in keys}
         for node, rows in history.items():
             for key, count, weight, at in rows:
@@ -470,6 +473,7 @@ def test_kept_key_scores_equal_explained_scores_at_every_instant():
             active=active,
             busy=busy,
             memo=kept_memo.view(keys),
+            depths=depths,
         )
         for now in [start, end, *(rng.uniform(start, end) for _ in range(15))]:
             exact = {node: weigh(rows, now) for node, rows in history.items()}
@@ -490,8 +494,10 @@ def test_kept_key_scores_equal_explained_scores_at_every_instant():
                 policy=policy,
                 nodes=asked,
                 rules=rules,
+                depths=depths,
             )
             assert kept == [row["score"] for row in explained]
+            gone += sum(row["workspace"] is not None for row in explained)
         unsettled += sum(
             len(entry.value.unsettled)
             for by_tag in kept_memo.derived.values()
@@ -499,6 +505,7 @@ def test_kept_key_scores_equal_explained_scores_at_every_instant():
             if tag[0] == "warm"
         )
     assert unsettled > 0
+    assert gone > 0
 
 
 def test_kept_key_scores_are_bounded_per_key_across_time_windows():

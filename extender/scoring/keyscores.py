@@ -40,6 +40,7 @@ from extender.scoring.rules import (
     seed_score,
     warm_band,
     warm_steps,
+    workspace_gone,
 )
 from history.reader import UNSETTLED, LabelHistory, NodeRule, NodeValues, Unsettled
 from history.reader.model import positions, row_counts
@@ -270,6 +271,13 @@ def warm_fast(
     # the label, load above the mean, pinned or banned.
     special: set[str] = set(history.active)
     special.update(policy.nodes)
+    if rules.workspace_depth:
+        # Nodes where the pipeline's own workspace counts as gone.
+        special.update(
+            node
+            for node, depth in history.depths.items()
+            if workspace_gone(depth, rules)
+        )
     for value in kept:
         special |= value.unsettled
     busy = history.busy
@@ -335,12 +343,14 @@ def warm_exact(
     where = positions(history.keys)
     segments = len(history.keys)
     excess = excess_over(history.busy, allowed)
-    active, rule = history.active, policy.nodes.get
+    active, rule, depth = history.active, policy.nodes.get, history.depths.get
     found = {}
     for node in asked:
         rows = weigh(history.rows_that_count(node), now, half_life)
         best = best_segment(rows, where, rules.min_weight)
+        gone = workspace_gone(depth(node), rules)
         found[node] = warm_steps(
-            best, segments, active.get(node, 0), excess(node), rule(node), policy, rules
-        )[3]
+            best, segments, active.get(node, 0), excess(node), rule(node), policy,
+            rules, gone,
+        )[3]  # fmt: skip
     return found

@@ -12,12 +12,16 @@ from itertools import repeat
 from typing import Any
 
 from history.reader import Policies
+from history.reader.depths import DEEPEST
 from history.recency import WARM_MIN_WEIGHT, Row
 
 MIN_SCORE = 0
 MAX_SCORE = 10
 # A node with no history for any segment of a labelled pod.
 NO_HISTORY_SCORE = 1
+# A node where the pipeline's own workspace counts as gone (`workspace_gone`)
+# scores at most this: one above cold.
+GONE_SCORE = NO_HISTORY_SCORE + 1
 # Counts beyond this add nothing to any score (the seed formula caps at 10); seed
 # explanations report them clamped.
 SEED_COUNT_CLAMP = 999_999
@@ -87,6 +91,11 @@ def seed_matches(
 # * policy: a key may be opted out (every node 0, as for an unlabelled pod), weighted
 #   (the bonus above the cold score is multiplied) and have nodes pinned (10) or
 #   banned (0). The most specific segment with a rule decides.
+# * workspace depth (KSSCHED_WORKSPACE_DEPTH, off by default): on a node where that
+#   many other pipelines or more were placed since this pipeline last was, its own
+#   workspace counts as gone: the node scores at most GONE_SCORE, one above cold
+#   (a shared prefix may still be there), whatever its history's weight. A pin
+#   still wins. `outcomes --workspaces` names the depth from a cluster's outcomes.
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,9 @@ class WarmRules:
     min_weight: float = WARM_MIN_WEIGHT
     load_penalty: float = 3.0
     load_slack: float = 0.1
+    # Other pipelines placed on a node since this one, from which its workspace
+    # counts as gone there (`workspace_gone`); 0: never.
+    workspace_depth: int = 0
 
 
 @dataclass(frozen=True)
@@ -179,6 +191,22 @@ def with_worth(policy: Policy, learned: float, why: str) -> Policy:
 MAX_POLICY_WEIGHT = 10.0
 
 
+def workspace_gone(depth: int | None, rules: WarmRules) -> bool:
+    """Whether a pipeline's own workspace counts as gone from a node where its
+    workspace `depth` is `depth` (None: it did not run there, or depths are off)."""
+    limit = rules.workspace_depth
+    return depth is not None and 0 < limit <= depth
+
+
+def gone_reason(depth: int, rules: WarmRules) -> str:
+    """Why a node's workspace counts as gone, for explain."""
+    since = f"{depth}+" if depth >= DEEPEST else str(depth)
+    return (
+        f"workspace gone: {since} other pipelines placed here since this one "
+        f"(KSSCHED_WORKSPACE_DEPTH {rules.workspace_depth})"
+    )
+
+
 def warm_band(*, index: int, segments: int) -> tuple[int, int]:
     """The integer score range (low, high) of segment `index` out of `segments`."""
     low = 2 + (9 * index) // segments
@@ -227,8 +255,10 @@ def warm_steps(
     rule: tuple[str, str] | None,
     policy: Policy,
     rules: WarmRules,
+    gone: bool = False,
 ) -> tuple[int, int, int, int, str | None]:
-    """One node's (base score, hotspot penalty, load penalty, score, policy applied).
+    """One node's (base score, hotspot penalty, load penalty, score, policy applied);
+    `gone`: its own workspace counts as gone (`workspace_gone`).
 
     Positional and tuple-valued: `keyscores.warm_exact` calls it per node.
     """
@@ -238,7 +268,7 @@ def warm_steps(
         low, high = warm_band(index=best[0], segments=segments)
         weight = best[3]
         base = low + round(band_position(weight, low, high, rules))
-    return warm_penalties(base, low, active, excess, rule, policy, rules)
+    return warm_penalties(base, low, active, excess, rule, policy, rules, gone)
 
 
 def warm_penalties(
@@ -249,6 +279,7 @@ def warm_penalties(
     rule: tuple[str, str] | None,
     policy: Policy,
     rules: WarmRules,
+    gone: bool = False,
 ) -> tuple[int, int, int, int, str | None]:
     """`warm_steps` from a node's base score and the low end of its band."""
     score, floor = base, low
@@ -271,6 +302,8 @@ def warm_penalties(
     # then win on kube-scheduler's resource scores and become warm in turn.
     load = load_points(score - hotspot, excess, rules, policy.pull)
     score -= hotspot + load
+    if gone:
+        score = min(score, GONE_SCORE)
     if rule is not None:
         action, rule_key = rule
         score = MAX_SCORE if action == "pin" else MIN_SCORE
@@ -287,10 +320,12 @@ def _warm_node(
     excess: float,
     policy: Policy,
     rules: WarmRules,
+    depth: int | None,
 ) -> dict[str, object]:
     """Every step of one node's `warm` score, as a dict (see `warm_explain`)."""
+    gone = workspace_gone(depth, rules)
     base, hotspot, load, score, applied = warm_steps(
-        best, segments, active, excess, policy.nodes.get(node), policy, rules
+        best, segments, active, excess, policy.nodes.get(node), policy, rules, gone
     )
     index, key, count, weight = best if best else (None, None, 0, 0.0)
     return {
@@ -308,6 +343,8 @@ def _warm_node(
         "policy": applied,
         "worth_weight": policy.learned,
         "worth": policy.why or None,
+        "workspace_depth": depth,
+        "workspace": gone_reason(depth, rules) if gone and depth is not None else None,
         "score": score,
     }
 
@@ -347,6 +384,7 @@ def warm_explain(
     nodes: Sequence[str],
     rules: WarmRules,
     busy: Mapping[str, int] | None = None,
+    depths: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Each node's `warm` score and how it came about, one dict per node, in order.
 
@@ -356,7 +394,9 @@ def warm_explain(
     excess_load (active pipeline pods above the mean of `nodes`, from `busy`),
     base_score, hotspot_penalty, load_penalty, penalty (their sum), policy,
     worth_weight (the learned weight applied, None when none is) and worth (why),
-    score.
+    workspace_depth (from `depths`: node -> the depth of the label's own workspace
+    there; None where it did not run or depths are off) and workspace (why its
+    workspace counts as gone, else None), score.
     """
     if not keys or not policy.enabled:
         reason = None if not keys else f"opted out ({policy.source})"
@@ -376,6 +416,8 @@ def warm_explain(
                 "policy": reason,
                 "worth_weight": None,
                 "worth": None,
+                "workspace_depth": None,
+                "workspace": None,
                 "score": MIN_SCORE,
             }
             for node in nodes
@@ -391,6 +433,7 @@ def warm_explain(
             excess=excess(node),
             policy=policy,
             rules=rules,
+            depth=(depths or {}).get(node),
         )
         for node in nodes
     ]

@@ -80,9 +80,10 @@ __all__ = [
 STRATEGY_NAMES = ("none", "seed", "warm", "adaptive", "webhook")
 # On request only (`whatif`): `oracle`, `adaptive` told every pipeline's worth, the
 # ceiling of what learning can add; `oracle-cache`, also told which caches still
-# hold the pod's workspaces; `lru`, `warm` with each node's own workspace counted
-# gone once LRU_DEPTH other pipelines ran there since (a rule under study);
-# `lru-learned`, the same with the depth read from the run's own outcomes.
+# hold the pod's workspaces; `lru`, `warm` with KSSCHED_WORKSPACE_DEPTH at
+# LRU_DEPTH (each node's own workspace counted gone once that many other pipelines
+# ran there since); `lru-learned`, the same with the depth read from the run's own
+# outcomes.
 EXTRA_STRATEGIES = ("oracle", "oracle-cache", "lru", "lru-learned")
 # The strategies that learn what warmth is worth to each pipeline (`history.worth`)
 # from the outcomes of the pods they placed, as the extender and the webhook do
@@ -166,12 +167,13 @@ def simulate(scenario: Scenario, workload: Workload, strategy: str) -> dict[str,
         if scorer is None:
             return [0] * len(candidates)
         weight = scenario.weight * 10
+        if isinstance(scorer, WarmStrategy) and strategy in ("lru", "lru-learned"):
+            # Production's rule (KSSCHED_WORKSPACE_DEPTH) at the run's depth.
+            scorer.rules = replace(rules, workspace_depth=recency.depth or 0)
         scores = scorer.score(label=pod.label, nodes=candidates, now=now)
         if strategy == "oracle-cache":
             held = [caches[i] for i in scored]
             scores = held_only(scores, held, path_keys(pod.label))
-        elif strategy in ("lru", "lru-learned"):
-            scores = recency.demoted(scores, candidates, path_keys(pod.label)[-1])
         return [score * weight for score in scores]
 
     def try_place(pod: Pod, now: float) -> bool:

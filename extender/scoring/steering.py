@@ -197,7 +197,12 @@ class FixedReader:
         self.history: LabelHistory | None = None
 
     def read(
-        self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
+        self,
+        *,
+        keys: Sequence[str],
+        label: str,
+        nodes: Sequence[str] | None,
+        depths: bool = False,
     ) -> LabelHistory:
         if self.history is None:
             raise RuntimeError("FixedReader read before its history was set")
@@ -287,7 +292,10 @@ def plan_terms(
     fixed = FixedReader()
     strategy = make_strategy(fixed) if make_strategy else get_strategy(reader=fixed)
     read = (reader or history_reader()).read(
-        keys=strategy.keys_of(label), label=label or "", nodes=None
+        keys=strategy.keys_of(label),
+        label=label or "",
+        nodes=None,
+        depths=strategy.reads_depths,
     )
     since = memory.since(label or "", now=now, window=window)
     bound: Sequence[float] = ()

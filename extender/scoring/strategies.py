@@ -54,6 +54,9 @@ class Strategy(Protocol):
 
     def keys_of(self, label: str | None) -> list[str]: ...
 
+    @property
+    def reads_depths(self) -> bool: ...
+
     def score(
         self, *, label: str | None, nodes: list[str], now: float | None = None
     ) -> list[int]: ...
@@ -68,8 +71,11 @@ def _read(
     keys: Sequence[str],
     label: str,
     nodes: Sequence[str] | None,
+    depths: bool = False,
 ) -> LabelHistory:
-    return (reader or history_reader()).read(keys=keys, label=label, nodes=nodes)
+    return (reader or history_reader()).read(
+        keys=keys, label=label, nodes=nodes, depths=depths
+    )
 
 
 class SeedStrategy:
@@ -79,6 +85,9 @@ class SeedStrategy:
 
     def __init__(self, reader: HistoryReader | None = None):
         self.reader = reader
+
+    # `seed` is the Go tool's formula: workspace depths do not change it.
+    reads_depths = False
 
     def keys_of(self, label: str | None) -> list[str]:
         """The keys `seed` reads for `label`: its segments."""
@@ -159,6 +168,11 @@ class WarmStrategy:
         # KSSCHED_WORTH is off).
         self.worth = worth
 
+    @property
+    def reads_depths(self) -> bool:
+        """Whether scoring needs workspace depths (KSSCHED_WORKSPACE_DEPTH on)."""
+        return self.rules.workspace_depth > 0
+
     def _half_life(self) -> float:
         """Seconds per halving: as given, else KSSCHED_HALF_LIFE_DAYS."""
         return self.half_life or half_life_seconds()
@@ -175,7 +189,7 @@ class WarmStrategy:
         keys = path_keys(label)
         if not keys:
             return None
-        history = _read(self.reader, keys, label or "", nodes)
+        history = _read(self.reader, keys, label or "", nodes, self.reads_depths)
         policy = resolve_policy(
             keys=split_pipeline_label(label), policies=history.policies
         )
@@ -246,6 +260,7 @@ def warm_inputs(
             "active": {},
             "busy": {},
             "policy": NO_POLICY,
+            "depths": {},
         }
     return {
         "keys": list(history.keys),
@@ -257,6 +272,7 @@ def warm_inputs(
         "active": history.active,
         "busy": history.busy,
         "policy": policy or NO_POLICY,
+        "depths": history.depths,
     }
 
 
@@ -274,7 +290,11 @@ def get_strategy(
     name = name or settings.KSSCHED_SCORING
     if name == WarmStrategy.name:
         auto = settings.KSSCHED_WORTH == "auto"
-        return WarmStrategy(reader=reader, worth=process_worth() if auto else None)
+        return WarmStrategy(
+            WarmRules(workspace_depth=settings.KSSCHED_WORKSPACE_DEPTH),
+            reader=reader,
+            worth=process_worth() if auto else None,
+        )
     try:
         return STRATEGIES[name](reader=reader)
     except KeyError:

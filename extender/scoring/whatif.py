@@ -3,13 +3,11 @@ knowledge could add to `warm`, and a rule under study.
 
 * `TrueWorth`: every pipeline's worth known, not learned (strategy `oracle`).
 * `held_only`: each node's cache contents known (strategy `oracle-cache`).
-* `demoted`: from the order in which pipelines last ran on each node, which the
-  placement history does hold (`history.workspaces.NodeOrder`), a node where
-  `LRU_DEPTH` or more other pipelines ran since this one is scored as if its
-  workspace were gone (strategy `lru`), as an LRU cache would have dropped it.
-* `Recency`: that order for a simulation run, and for strategy `lru-learned` the
-  depth read from the run's own outcomes so far, as `outcomes --workspaces` reads
-  it from a ledger (`history.workspaces.depth_report`), instead of LRU_DEPTH.
+* `Recency`: the depth from which `warm` counts a node's own workspace gone
+  (production's KSSCHED_WORKSPACE_DEPTH, `rules.workspace_gone`): LRU_DEPTH for
+  strategy `lru`, and for `lru-learned` the depth read from the run's own outcomes
+  so far, as `outcomes --workspaces` reads it from a ledger
+  (`history.workspaces.depth_report`).
 
 docs/scoring.md gives what each measured.
 """
@@ -73,29 +71,12 @@ def held_only(
     ]
 
 
-def demoted(
-    scores: list[int],
-    nodes: Sequence[str],
-    key: str,
-    order: NodeOrder,
-    depth: int = LRU_DEPTH,
-) -> list[int]:
-    """`scores` with each node where `depth` or more other pipelines ran since `key`
-    (`order.depth`) cut to one above the cold score (a shared prefix may still be
-    there)."""
-    return [
-        min(score, NO_HISTORY_SCORE + 1)
-        if (since := order.depth(node, key)) is not None and since >= depth
-        else score
-        for score, node in zip(scores, nodes, strict=True)
-    ]
-
-
 class Recency:
-    """The order pipelines ran in on each node during a simulation run, and the depth
-    from which `lru` counts a workspace gone: LRU_DEPTH, or with `learned` the
-    depth the workspace report names from the pods ended so far (none named yet:
-    no node is demoted, `warm` as it is)."""
+    """The order pipelines ran in on each node during a simulation run (what makes a
+    placement exact for the report), and the depth from which `lru` counts a
+    workspace gone: LRU_DEPTH, or with `learned` the depth the workspace report
+    names from the pods ended so far (none named yet: no node is demoted, `warm` as
+    it is)."""
 
     def __init__(self, *, learned: bool) -> None:
         self.order = NodeOrder()
@@ -106,11 +87,6 @@ class Recency:
         # startup, run.
         self.rows: list[list[Any]] = []
         self.unread = 0
-
-    def demoted(self, scores: list[int], nodes: Sequence[str], key: str) -> list[int]:
-        if self.depth is None:
-            return scores
-        return demoted(scores, nodes, key, self.order, self.depth)
 
     def placed(
         self, node: str, key: str, at: float, level: str, startup: float, run: float

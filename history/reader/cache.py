@@ -35,16 +35,18 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from django.conf import settings
 from django.db import connection
 
-from history.labels import distinct_keys
+from history.labels import PIPELINE_MARK, distinct_keys
 from history.models import KeyNode
+from history.reader.depths import depths_of, pipeline_key, ran_on
 from history.reader.memo import KeyMemo
 from history.reader.model import LabelHistory, Policies, decode
 from history.reader.pool import database_pool
-from history.reader.sql import SqlReader, as_timestamp, history_sql
+from history.reader.sql import SqlReader, as_timestamp, history_sql, read_recent
 
 # A sync that names more pairs than this starts over instead (bulk edits, pauses).
 MAX_SYNC_PAIRS = 5000
@@ -55,6 +57,9 @@ REREAD_PAIRS = 400
 ROW_BYTES = 200
 # Estimated bytes of a key without rows (its dict, LRU slot, epoch and log).
 KEY_BYTES = 400
+# Estimated bytes of a node's recent pipelines: a dict slot and a tuple of
+# DEEPEST + 1 references (the keys are interned, so each is held once).
+RECENT_BYTES = 300
 
 Rows = dict[str, tuple[int, float, float]]
 
@@ -98,11 +103,16 @@ class CachedReader:
         self.busy: dict[str, int] = {}
         self.policies = Policies()
         self.replaced: Mapping[str, float] = {}
+        # node -> its recent pipelines (`depths`), for nodes asked about; dropped
+        # when a pipeline key changes on the node. Nodes being read outside the
+        # lock -> whether one did meanwhile.
+        self.recent: dict[str, tuple[str, ...]] = {}
+        self.recent_loading: dict[str, bool] = {}
 
     @property
     def bytes(self) -> int:
-        """Estimated bytes held: rows, keys and derived values."""
-        return self.row_bytes + self.memo.bytes
+        """Estimated bytes held: rows, keys, derived values and recent pipelines."""
+        return self.row_bytes + self.memo.bytes + len(self.recent) * RECENT_BYTES
 
     # --- what a store implements ------------------------------------------------------
 
@@ -126,12 +136,28 @@ class CachedReader:
     # --- reading ----------------------------------------------------------------------
 
     def read(
-        self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
+        self,
+        *,
+        keys: Sequence[str],
+        label: str,
+        nodes: Sequence[str] | None,
+        depths: bool = False,
     ) -> LabelHistory:
         """The label's history on every node that has some (see `LabelHistory`)."""
         if connection.in_atomic_block:
-            return self.sql.read(keys=keys, label=label, nodes=nodes)
+            return self.sql.read(keys=keys, label=label, nodes=nodes, depths=depths)
         unique = distinct_keys(keys)
+        history = self._read_rows(keys, label, unique)
+        key = pipeline_key(unique) if depths else None
+        if key is None:
+            return history
+        found = self._depths(key, ran_on(history.by_key.get(key, {}), history.replaced))
+        return replace(history, depths=found)
+
+    def _read_rows(
+        self, keys: Sequence[str], label: str, unique: Sequence[str]
+    ) -> LabelHistory:
+        """`read` without depths."""
         with self.lock:
             self.sync()
             if self.extra_stale:
@@ -161,6 +187,30 @@ class CachedReader:
         """The pipeline pool (`pool.database_pool`)."""
         return database_pool.at(now=now, days=days)
 
+    def _depths(self, key: str, ran: Sequence[str]) -> dict[str, int]:
+        """node -> the depth of pipeline `key` there, for the nodes it `ran` on:
+        each node's recent pipelines as cached, read (outside `lock`) for nodes
+        not cached yet, and kept unless a placement on the node came meanwhile."""
+        with self.lock:
+            generation = self.generation
+            recent = {node: self.recent[node] for node in ran if node in self.recent}
+            absent = [node for node in ran if node not in recent]
+            mine = [node for node in absent if node not in self.recent_loading]
+            for node in mine:
+                self.recent_loading[node] = False
+        if absent:
+            try:
+                fetched = read_recent(absent)
+            finally:
+                with self.lock:
+                    for node in mine:
+                        if self.recent_loading.pop(node, True):
+                            continue  # changed while read, or started over
+                        if self.generation == generation and node in fetched:
+                            self.recent[node] = fetched[node]
+            recent.update((node, fetched.get(node, ())) for node in absent)
+        return depths_of(key, ran, recent)
+
     def _hand_out(
         self,
         keys: Sequence[str],
@@ -188,21 +238,37 @@ class CachedReader:
     # --- what `sync` reports (under `lock`) -------------------------------------------
 
     def is_cached(self, key: str) -> bool:
-        """Whether a change of `key` matters: held, or being fetched."""
-        return key in self.rows or key in self.fetching
+        """Whether a change of `key` matters: held, being fetched, or a pipeline
+        key while recent pipelines are cached."""
+        return (
+            key in self.rows
+            or key in self.fetching
+            or (
+                key.endswith(PIPELINE_MARK) and bool(self.recent or self.recent_loading)
+            )
+        )
 
     def changed(self, pairs: Mapping[str, set[str]]) -> None:
         """Re-read the rows of these (key, nodes) pairs; keys not cached are skipped
-        and keys being fetched re-read them once published."""
+        and keys being fetched re-read them once published. A pipeline key's
+        change drops its nodes' recent pipelines."""
         held: dict[str, set[str]] = {}
         for key, nodes in pairs.items():
             if not nodes:
                 continue
+            if key.endswith(PIPELINE_MARK):
+                self._placed(nodes)
             if key in self.rows:
                 held[key] = nodes
             elif key in self.fetching:
                 self.fetching[key].update(nodes)
         self._reread(held)
+
+    def _placed(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
+            self.recent.pop(node, None)
+            if node in self.recent_loading:
+                self.recent_loading[node] = True
 
     def extra_changed(self) -> None:
         """The policies or the node records changed."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from history.labels import distinct_keys, placement_keys
+from history.labels import distinct_keys, path_keys, placement_keys
+from history.reader.depths import DEEPEST, depths_of, pipeline_key, ran_on
 from history.reader.memo import KeyMemo
 from history.reader.model import LabelHistory, Policies
 from history.reader.pool import Pool
@@ -33,6 +34,8 @@ class MemoryHistory:
         self.memo = KeyMemo()
         # node -> when the watcher first saw it (Unix seconds)
         self.seen: dict[str, float] = {}
+        # node -> its recent pipelines' keys, most recent first (`depths`)
+        self.recent: dict[str, list[str]] = {}
         self.pipeline_pool = Pool(self._read_pool)
 
     def pool(self, *, now: float, days: float) -> tuple[str, ...]:
@@ -60,6 +63,12 @@ class MemoryHistory:
             )
             self.rows[key][node] = (count + 1, weight, at)
             self.memo.changed(key, (node,))
+        if own := pipeline_key(path_keys(label)):
+            recent = self.recent.setdefault(node, [])
+            if own in recent:
+                recent.remove(own)
+            recent.insert(0, own)
+            del recent[DEEPEST + 1 :]
         by_node = self.active.setdefault(label, {})
         by_node[node] = by_node.get(node, 0) + 1
         self.busy[node] = self.busy.get(node, 0) + 1
@@ -74,10 +83,16 @@ class MemoryHistory:
     def replace(self, *, node: str, now: float) -> None:
         """`node` was replaced at `now`: its earlier history stops counting."""
         self.replaced[node] = now
+        self.recent.pop(node, None)
         self.memo.restart_all()
 
     def read(
-        self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
+        self,
+        *,
+        keys: Sequence[str],
+        label: str,
+        nodes: Sequence[str] | None,
+        depths: bool = False,
     ) -> LabelHistory:
         """The label's history (see `LabelHistory`): every node of its keys,
         whatever `nodes` asks about. Write rows through `place` once the store has
@@ -87,6 +102,8 @@ class MemoryHistory:
         for key in unique:
             if key not in self.memo.epochs:
                 self.memo.start(key)
+        own = pipeline_key(unique) if depths else None
+        ran = ran_on(self.rows.get(own, {}), self.replaced) if own else []
         return LabelHistory(
             keys=tuple(keys),
             by_key={key: self.rows.get(key, {}) for key in unique},
@@ -95,4 +112,5 @@ class MemoryHistory:
             busy=self.busy,
             policies=self.policies,
             memo=self.memo.view(unique),
+            depths=depths_of(own, ran, self.recent) if own else {},
         )

@@ -91,6 +91,9 @@ class LabelHistory:
     - `policies`: the policy rows of the label's keys.
     - `memo`: set by stores that keep history between reads: where callers keep
       what they derive from the keys' rows (see `derive` and `combined`).
+    - `depths`: node -> the depth of the label's own workspace there (`depths`),
+      for the nodes where the label itself ran; read only when asked for
+      (`read(..., depths=True)`), else empty.
 
     A cached value shares the store's mappings, which the store does not change
     while the value's `memo` view lives (it replaces them): never change them
@@ -104,6 +107,7 @@ class LabelHistory:
     busy: Mapping[str, int]
     policies: Policies = NO_POLICIES
     memo: MemoView | None = None
+    depths: Mapping[str, int] = field(default_factory=dict)
 
     def derive(self, key: str, tag: Hashable, rule: NodeRule) -> NodeValues:
         """`rule` applied to each of `key`'s rows: node -> the value it gave, and
@@ -254,10 +258,16 @@ class HistoryReader(Protocol):
     """One store's way of answering `read`; one implementation per store."""
 
     def read(
-        self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
+        self,
+        *,
+        keys: Sequence[str],
+        label: str,
+        nodes: Sequence[str] | None,
+        depths: bool = False,
     ) -> LabelHistory:
         """The history of pipeline `label` (segments `keys`, non-empty) on `nodes`,
-        or on every node with history for it when `nodes` is None."""
+        or on every node with history for it when `nodes` is None; with `depths`,
+        its workspace depths too (when `keys` hold its pipeline key)."""
         ...
 
     def pool(self, *, now: float, days: float) -> tuple[str, ...]:

@@ -19,6 +19,14 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 from history.labels import distinct_keys, split_pipeline_label
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
+from history.reader.depths import (
+    RECENT_PARAMS,
+    decode_recent,
+    depths_of,
+    pipeline_key,
+    ran_on,
+    recent_sql,
+)
 from history.reader.model import (
     LabelHistory,
     Small,
@@ -99,7 +107,12 @@ class SqlReader:
     the replaced nodes and the policies of the label's keys."""
 
     def read(
-        self, *, keys: Sequence[str], label: str, nodes: Sequence[str] | None
+        self,
+        *,
+        keys: Sequence[str],
+        label: str,
+        nodes: Sequence[str] | None,
+        depths: bool = False,
     ) -> LabelHistory:
         unique = list(distinct_keys(keys))
         if not unique or nodes is not None and not nodes:
@@ -124,6 +137,8 @@ class SqlReader:
             as_timestamp,
         )
         active = found.active.get(label, {})
+        key = pipeline_key(unique) if depths else None
+        ran = ran_on(found.rows.get(key, {}), found.replaced) if key else []
         return LabelHistory(
             keys=tuple(keys),
             by_key=found.rows,
@@ -131,6 +146,7 @@ class SqlReader:
             active=active,
             busy=found.busy,
             policies=found.policies,
+            depths=depths_of(key, ran, read_recent(ran)) if key else {},
         )
 
     def pool(self, *, now: float, days: float) -> tuple[str, ...]:
@@ -185,6 +201,14 @@ def fetch_all(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         cursor.execute(sql, params)
         rows: list[tuple[Any, ...]] = cursor.fetchall()
         return rows
+
+
+def read_recent(nodes: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """node -> its recent pipelines (`depths`), for `nodes`, in one statement."""
+    if not nodes:
+        return {}
+    condition, param = nodes_condition("node", nodes)
+    return decode_recent(fetch_all(recent_sql(condition), [param, *RECENT_PARAMS]))
 
 
 def nodes_condition(column: str, nodes: Sequence[str]) -> tuple[str, str | list[str]]:
