@@ -11,6 +11,7 @@ class HistoryConfig(AppConfig):
         # Imported here: models can only be imported once the registry is ready.
         from history import (
             checks,  # noqa: F401  (registers the system checks)
+            depth_feed,
             lookups,
             worth_feed,
         )
@@ -26,4 +27,8 @@ class HistoryConfig(AppConfig):
         # So does the refresh of what warmth is worth to each pipeline.
         request_finished.connect(
             worth_feed.after_request, dispatch_uid="history-worth-after"
+        )
+        # And the read of the workspace depth the watcher measured.
+        request_finished.connect(
+            depth_feed.after_request, dispatch_uid="history-depth-after"
         )

@@ -412,3 +412,23 @@ class NodePolicy(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.node} for {self.key}"
+
+
+class LearnedDepth(models.Model):
+    """The workspace depth last read from the ledger's outcomes, for
+    KSSCHED_WORKSPACE_DEPTH=auto: the depth from which exact placements start like
+    cold (or partial) ones (`history.workspaces.workspace_report`'s `gone_from`),
+    or None with the report's reason. One row, written by the watcher that holds
+    the lease (`history.watcher.housekeeping`); read by every extender process
+    (`history.depth_feed`)."""
+
+    depth = models.PositiveSmallIntegerField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+    measured_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "learned workspace depth"
+
+    def __str__(self) -> str:
+        found = "none" if self.depth is None else str(self.depth)
+        return f"workspace depth {found} (measured {self.measured_at:%Y-%m-%d %H:%M})"

@@ -30,7 +30,7 @@ from typing import Any
 from django.utils import timezone
 
 from history import queries
-from history.models import Placement
+from history.models import LearnedDepth, Placement
 from history.outcomes import (
     MIN_RUNS,
     WINDOW,
@@ -179,6 +179,21 @@ def workspace_report(
         "since": iso(since),
         "until": iso(until),
     }
+
+
+def learn_depth(*, now: datetime | None = None) -> LearnedDepth:
+    """Measure the depth from which workspaces look gone, over the window that ends
+    `now` (default: now), and store it for KSSCHED_WORKSPACE_DEPTH=auto: the
+    report's `gone_from`, or None with its reason."""
+    now = now or timezone.now()
+    report = workspace_report(since=now - WINDOW, until=now)
+    depth = report["gone_from"]
+    reason = "" if depth is not None else str(report["gone_reason"] or "")
+    learned, _ = LearnedDepth.objects.update_or_create(
+        pk=1,
+        defaults={"depth": depth, "reason": reason[:500], "measured_at": now},
+    )
+    return learned
 
 
 def depth_report(

@@ -280,6 +280,7 @@ class HistoryCollector:
         yield from self._watch_metrics(streams)
         yield from self._ledger_metrics(ledger)
         yield from self._worth_metrics()
+        yield self._depth_metric()
 
     def _watch_metrics(self, streams: list[StreamHealth]) -> Iterator[Metric]:
         from history.watcher.health import seconds_since
@@ -344,6 +345,23 @@ class HistoryCollector:
         for value in _warmth_values():
             warmth.add_metric([value], ledger[value])
         yield from (recorded, active, warmth)
+
+    def _depth_metric(self) -> Metric:
+        """The workspace depth `warm` scores with in the serving process
+        (`history.depth_feed`; with `auto`, read again first once it is time)."""
+        from history.depth_feed import process_depth
+
+        feed = process_depth()
+        if settings.KSSCHED_WORKSPACE_DEPTH == "auto":
+            feed.refresh()
+        depth = GaugeMetricFamily(
+            "kssched_workspace_depth",
+            "Other pipelines placed on a node since a pipeline, from which warm counts "
+            "its workspace gone there (KSSCHED_WORKSPACE_DEPTH, or the depth measured "
+            "with auto); 0: none counts as gone.",
+        )
+        depth.add_metric([], feed.current())
+        return depth
 
     def _worth_metrics(self) -> Iterator[Metric]:
         """How many pipelines the serving process's book of what warmth is worth

@@ -289,8 +289,9 @@ KSSCHED_SCORING = ENV["KSSCHED_SCORING"]
 # `warm` scoring: each placement's weight halves every half-life.
 KSSCHED_HALF_LIFE_DAYS = ENV["KSSCHED_HALF_LIFE_DAYS"]
 # `warm`: other pipelines placed on a node since a pipeline last was, from which its
-# own workspace counts as gone there (docs/scoring.md); 0: off.
-KSSCHED_WORKSPACE_DEPTH: int = ENV["KSSCHED_WORKSPACE_DEPTH"]
+# own workspace counts as gone there (docs/scoring.md); 0: off; "auto": the depth the
+# watcher measures from the outcomes (`history.depth_feed`).
+KSSCHED_WORKSPACE_DEPTH: int | str = ENV["KSSCHED_WORKSPACE_DEPTH"]
 # `warm` scales each pipeline's warm pull by what warmth measurably saves it
 # (history.worth), learned from the outcomes of the last KSSCHED_WORTH_DAYS and
 # refreshed every KSSCHED_WORTH_REFRESH_SECONDS after a reply; "off": every

@@ -76,6 +76,20 @@ _FALSE = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
+class OrAuto:
+    """`auto` (returned as "auto"), or a value of `kind`."""
+
+    kind: Number
+
+    @property
+    def allowed(self) -> str:
+        return f"auto, or {self.kind.allowed}"
+
+    def parse(self, text: str) -> int | float | str:
+        return "auto" if text.lower() == "auto" else self.kind.parse(text)
+
+
+@dataclass(frozen=True)
 class Flag:
     allowed: str = "true or false (also 1/0, yes/no, on/off)"
 

@@ -26,6 +26,7 @@ from kssched.valuekinds import (
     Flag,
     LabelKey,
     Number,
+    OrAuto,
     SettingError,
     Text,
     TextList,
@@ -144,7 +145,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "KSSCHED_WORKSPACE_DEPTH",
         "0",
-        Number("a whole number of pipelines", "4", above=False, whole=True, maximum=16),
+        OrAuto(
+            Number(
+                "a whole number of pipelines", "4", above=False, whole=True, maximum=16
+            )
+        ),
     ),
     Variable("KSSCHED_WORTH", "auto", Choice(("auto", "off"))),
     Variable("KSSCHED_WORTH_REFRESH_SECONDS", "60", _seconds("60")),

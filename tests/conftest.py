@@ -115,9 +115,11 @@ def _cold_history_cache():
     """Every test starts with a cold process cache of history, as a new worker
     does: the test database's flush between tests writes no ledger row, so a cache
     kept from an earlier test could not know its rows are gone."""
+    from history.depth_feed import forget_depth
     from history.reader import forget_caches
     from history.worth_feed import forget_worth
 
     forget_caches()
     forget_worth()
+    forget_depth()
     yield

@@ -204,6 +204,18 @@ def test_pipelines_are_counted_by_worth_band(settings, warm):
 
 
 @pytest.mark.django_db
+def test_the_workspace_depth_in_use_is_a_gauge(settings):
+    from history.models import LearnedDepth
+
+    assert value(scrape(), "kssched_workspace_depth") == 0
+    settings.KSSCHED_WORKSPACE_DEPTH = 4
+    assert value(scrape(), "kssched_workspace_depth") == 4
+    settings.KSSCHED_WORKSPACE_DEPTH = "auto"
+    LearnedDepth.objects.create(depth=3, measured_at=timezone.now())
+    assert value(scrape(), "kssched_workspace_depth") == 3
+
+
+@pytest.mark.django_db
 def test_metrics_token_is_required_when_set(settings):
     settings.KSSCHED_METRICS_TOKEN = "scrape-token-1"
     client = Client()

@@ -6,6 +6,9 @@ walks from the ledger (`history.workspaces.NodeOrder`), and the extender's score
 explain and the webhook's weights follow them."""
 
 import random
+import threading
+import time
+from collections import OrderedDict
 from datetime import timedelta
 
 import orjson
@@ -14,14 +17,17 @@ from rest_framework.test import APIClient
 
 from extender.scoring.rules import GONE_SCORE, NO_HISTORY_SCORE
 from extender.scoring.steering import SteeringMemory, plan_terms
+from history.depth_feed import process_depth
 from history.labels import path_keys
-from history.models import NodePolicy
+from history.models import LearnedDepth, NodePolicy
 from history.reader import history_reader
 from history.reader.depths import DEEPEST
 from history.reader.sql import SqlReader
+from history.watcher import housekeeping
 from history.workspaces import NodeOrder
 from kssched.variables import BY_NAME
 from tests.helpers import place
+from tests.test_workspaces import Ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -151,7 +157,8 @@ def test_a_node_whose_workspace_is_gone_scores_one_above_cold(
             assert found[node] == GONE_SCORE
             assert explained[node]["workspace"] == (
                 f"workspace gone: {explained[node]['workspace_depth']} other pipelines "
-                f"placed here since this one (KSSCHED_WORKSPACE_DEPTH {limit})"
+                f"placed here since this one (gone from {limit} on: "
+                f"KSSCHED_WORKSPACE_DEPTH)"
             )
         else:
             assert found[node] > GONE_SCORE
@@ -194,3 +201,87 @@ def test_the_setting_goes_as_deep_as_the_readers_tell_depths_apart():
     with pytest.raises(ValueError):
         BY_NAME["KSSCHED_WORKSPACE_DEPTH"].kind.parse(str(DEEPEST + 1))
     assert BY_NAME["KSSCHED_WORKSPACE_DEPTH"].kind.parse(str(DEEPEST)) == DEEPEST
+
+
+def lru_cluster(slots, runs=400):
+    """Nodes whose cache keeps the last `slots` pipelines' workspaces, written through
+    the ledger with each pod's outcome (`test_workspaces`' LRU cluster)."""
+    rng = random.Random(slots)
+    ledger = Ledger()
+    caches = {node: OrderedDict() for node in ("n1", "n2", "n3")}
+    ran_on = set()
+    for _ in range(runs):
+        node, label = rng.choice(list(caches)), f"ci-java-p{rng.randrange(12)}"
+        cache = caches[node]
+        startup = rng.uniform(10, 14) if label in cache else rng.uniform(55, 65)
+        warmth = "exact" if (node, label) in ran_on else "cold"
+        ledger.place(label, node, warmth, startup=startup)
+        ran_on.add((node, label))
+        cache[label] = None
+        cache.move_to_end(label)
+        while len(cache) > slots:
+            cache.popitem(last=False)
+
+
+def explained(label, nodes):
+    return {row["node"]: row for row in post(EXPLAIN_URL, label, nodes)["nodes"]}
+
+
+def test_auto_scores_with_the_depth_the_watcher_measured(settings):
+    """`auto`: the watcher's hourly round measures the depth from the outcomes (an
+    LRU cache of 2 workspaces per node: 2), stores it, and each extender process
+    reads it after a reply; from then on a node where 2 or more other pipelines ran
+    since the pipeline scores one above cold."""
+    lru_cluster(slots=2)
+    nodes = ["n1", "n2", "n3"]
+    label, node = next(
+        (f"ci-java-p{i}", node)
+        for i in range(12)
+        for node, depth in depths(SqlReader(), f"ci-java-p{i}").items()
+        if depth >= 2 and explained(f"ci-java-p{i}", nodes)[node]["score"] > GONE_SCORE
+    )
+    before = explained(label, nodes)
+    settings.KSSCHED_WORKSPACE_DEPTH = "auto"
+    settings.KSSCHED_WORTH_REFRESH_SECONDS = 0.001  # each reply's end reads again
+    assert LearnedDepth.objects.count() == 0
+    # Nothing measured yet: no workspace counts as gone.
+    assert explained(label, nodes) == before
+    stop, wake = threading.Event(), threading.Event()
+    rounds = threading.Thread(
+        target=housekeeping.run,
+        args=(stop.is_set, wake),
+        kwargs={"first_after": 0.01, "every": 3600, "learn_every": 3600},
+    )
+    rounds.start()
+    try:
+        for _ in range(200):
+            if LearnedDepth.objects.exists():
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        wake.set()
+        rounds.join()
+    learned = LearnedDepth.objects.get()
+    assert (learned.depth, learned.reason) == (2, "")
+    explained(label, nodes)  # this reply's end reads the measured depth
+    after = explained(label, nodes)
+    assert after[node]["score"] == GONE_SCORE
+    assert after[node]["workspace"].endswith(
+        "(gone from 2 on: KSSCHED_WORKSPACE_DEPTH)"
+    )
+    # A number set is used as set, whatever was measured.
+    settings.KSSCHED_WORKSPACE_DEPTH = 0
+    assert explained(label, nodes) == before
+
+
+def test_auto_with_too_few_outcomes_measures_no_depth_and_demotes_nothing(settings):
+    settings.KSSCHED_WORKSPACE_DEPTH = "auto"
+    lru_cluster(slots=2, runs=20)
+    assert housekeeping.learn_depth_now() == 1
+    learned = LearnedDepth.objects.get()
+    assert learned.depth is None and "needs" in learned.reason
+    process_depth().refresh(force=True)
+    assert process_depth().current() == 0
+    settings.KSSCHED_WORKSPACE_DEPTH = 0
+    assert housekeeping.learn_depth_now() == 0  # not measured unless auto

@@ -203,7 +203,7 @@ def gone_reason(depth: int, rules: WarmRules) -> str:
     since = f"{depth}+" if depth >= DEEPEST else str(depth)
     return (
         f"workspace gone: {since} other pipelines placed here since this one "
-        f"(KSSCHED_WORKSPACE_DEPTH {rules.workspace_depth})"
+        f"(gone from {rules.workspace_depth} on: KSSCHED_WORKSPACE_DEPTH)"
     )
 
 

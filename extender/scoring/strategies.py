@@ -28,6 +28,7 @@ from extender.scoring.rules import (
     warm_explain,
     with_worth,
 )
+from history.depth_feed import process_depth
 from history.labels import path_keys, split_pipeline_label
 from history.reader import HistoryReader, LabelHistory, history_reader
 from history.recency import half_life_seconds, weigh
@@ -291,7 +292,7 @@ def get_strategy(
     if name == WarmStrategy.name:
         auto = settings.KSSCHED_WORTH == "auto"
         return WarmStrategy(
-            WarmRules(workspace_depth=settings.KSSCHED_WORKSPACE_DEPTH),
+            WarmRules(workspace_depth=process_depth().current()),
             reader=reader,
             worth=process_worth() if auto else None,
         )

@@ -1,0 +1,79 @@
+"""The workspace depth `warm` scores with (KSSCHED_WORKSPACE_DEPTH, docs/scoring.md).
+
+A number is used as set (0: off). With `auto`, each process uses the depth the
+watcher last measured from the ledger's outcomes (`models.LearnedDepth`, written
+hourly by the watcher that holds the lease): it reads that one row at most every
+KSSCHED_WORTH_REFRESH_SECONDS, after a reply is sent (`after_request`), never
+before one, once it has scored. Until its first read, and while no depth is
+measured (too few outcomes, or none looks gone), the depth is 0: no workspace
+counts as gone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from django.conf import settings
+from django.db import DatabaseError
+
+from history.models import LearnedDepth
+
+
+class DepthFeed:
+    """The depth in use, and the measurement it came from (with `auto`)."""
+
+    def __init__(self) -> None:
+        self.reading = threading.Lock()  # one read at a time
+        self.learned: LearnedDepth | None = None
+        self.next_refresh = 0.0
+        # Set when scoring asked: only then does a reply's end read the row.
+        self.wanted = False
+
+    def current(self) -> int:
+        """The depth to score with now (never reads the database)."""
+        setting = settings.KSSCHED_WORKSPACE_DEPTH
+        if setting != "auto":
+            return int(setting)
+        self.wanted = True
+        learned = self.learned
+        return 0 if learned is None or learned.depth is None else learned.depth
+
+    def refresh(self, *, force: bool = False, now: float | None = None) -> bool:
+        """Read the measured depth, if it is time (or `force`). False when it was
+        not time or the database could not be read."""
+        now = time.monotonic() if now is None else now
+        if not force and now < self.next_refresh:
+            return False
+        if not self.reading.acquire(blocking=force):
+            return False  # another thread is reading
+        try:
+            self.next_refresh = now + settings.KSSCHED_WORTH_REFRESH_SECONDS
+            try:
+                self.learned = LearnedDepth.objects.filter(pk=1).first()
+            except DatabaseError:
+                return False
+            return True
+        finally:
+            self.reading.release()
+
+
+_PROCESS = DepthFeed()
+
+
+def process_depth() -> DepthFeed:
+    """This process's feed."""
+    return _PROCESS
+
+
+def forget_depth() -> None:
+    """Start the process's feed over (tests: a new database is a new process)."""
+    global _PROCESS
+    _PROCESS = DepthFeed()
+
+
+def after_request(**kwargs: object) -> None:
+    """`request_finished` receiver: once a request has scored with a learned
+    depth, read it again when it is time, the reply sent."""
+    if settings.KSSCHED_WORKSPACE_DEPTH == "auto" and _PROCESS.wanted:
+        _PROCESS.refresh()
