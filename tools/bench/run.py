@@ -266,7 +266,12 @@ def server_env(workdir: Path) -> dict:
         "KSSCHED_MAX_BODY_BYTES": str(128 * 2**20),
         "KSSCHED_EXTENDER_READ_TIMEOUT": "30",
     }
-    for name in ("DATABASE_URL", "KSSCHED_EXTENDER_WORKERS", "KSSCHED_SCORING"):
+    for name in (
+        "DATABASE_URL",
+        "KSSCHED_EXTENDER_WORKERS",
+        "KSSCHED_SCORING",
+        "KSSCHED_WORKSPACE_DEPTH",
+    ):
         if os.environ.get(name):
             env[name] = os.environ[name]
     return env
