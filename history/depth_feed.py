@@ -11,24 +11,18 @@ counts as gone.
 
 from __future__ import annotations
 
-import threading
-import time
-
 from django.conf import settings
-from django.db import DatabaseError
 
 from history.models import LearnedDepth
+from history.timed_read import TimedRead
 
 
-class DepthFeed:
+class DepthFeed(TimedRead):
     """The depth in use, and the measurement it came from (with `auto`)."""
 
     def __init__(self) -> None:
-        self.reading = threading.Lock()  # one read at a time
+        super().__init__()
         self.learned: LearnedDepth | None = None
-        self.next_refresh = 0.0
-        # Set when scoring asked: only then does a reply's end read the row.
-        self.wanted = False
 
     def current(self) -> int:
         """The depth to score with now (never reads the database)."""
@@ -39,23 +33,8 @@ class DepthFeed:
         learned = self.learned
         return 0 if learned is None or learned.depth is None else learned.depth
 
-    def refresh(self, *, force: bool = False, now: float | None = None) -> bool:
-        """Read the measured depth, if it is time (or `force`). False when it was
-        not time or the database could not be read."""
-        now = time.monotonic() if now is None else now
-        if not force and now < self.next_refresh:
-            return False
-        if not self.reading.acquire(blocking=force):
-            return False  # another thread is reading
-        try:
-            self.next_refresh = now + settings.KSSCHED_WORTH_REFRESH_SECONDS
-            try:
-                self.learned = LearnedDepth.objects.filter(pk=1).first()
-            except DatabaseError:
-                return False
-            return True
-        finally:
-            self.reading.release()
+    def _read(self) -> None:
+        self.learned = LearnedDepth.objects.filter(pk=1).first()
 
 
 _PROCESS = DepthFeed()

@@ -17,13 +17,12 @@ missed (the ledger's outcomes report still counts them).
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError
 
 from history.models import Placement
+from history.timed_read import TimedRead
 from history.worth import Estimate, WorthBook
 from history.worth_samples import WARMTHS
 
@@ -33,19 +32,15 @@ FIRST_ROWS = 100_000
 OVERLAP = timedelta(minutes=10)
 
 
-class LedgerWorth:
-    """The book and where the ledger was last read up to."""
+class LedgerWorth(TimedRead):
+    """The book and where the ledger was last read up to (`refresh` reads on)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.lock = threading.Lock()  # the book
-        self.reading = threading.Lock()  # one refresh at a time
         self.book = WorthBook()
         self.read_until: datetime | None = None
         self.seen: dict[int, datetime] = {}
-        self.next_refresh = 0.0
-        # Set when scoring asked for an estimate: only then does a reply's end
-        # read the ledger (a process that never scores never reads it).
-        self.wanted = False
 
     def estimate(self, label: str) -> Estimate:
         """The label's estimate from the book as last read (never reads)."""
@@ -58,24 +53,6 @@ class LedgerWorth:
         if settings.KSSCHED_WORTH != "auto":
             return 1.0
         return self.estimate(label).weight
-
-    def refresh(self, *, force: bool = False, now: float | None = None) -> bool:
-        """Read the pods ended since the last read, if it is time (or `force`).
-        False when it was not time or the database could not be read."""
-        now = time.monotonic() if now is None else now
-        if not force and now < self.next_refresh:
-            return False
-        if not self.reading.acquire(blocking=force):
-            return False  # another thread is reading
-        try:
-            self.next_refresh = now + settings.KSSCHED_WORTH_REFRESH_SECONDS
-            try:
-                self._read()
-            except DatabaseError:
-                return False
-            return True
-        finally:
-            self.reading.release()
 
     def _read(self) -> None:
         ended = Placement.objects.filter(

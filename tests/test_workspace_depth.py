@@ -8,7 +8,6 @@ explain and the webhook's weights follow them."""
 import random
 import threading
 import time
-from collections import OrderedDict
 from datetime import timedelta
 
 import orjson
@@ -27,7 +26,7 @@ from history.watcher import housekeeping
 from history.workspaces import NodeOrder
 from kssched.variables import BY_NAME
 from tests.helpers import place
-from tests.test_workspaces import Ledger
+from tests.test_workspaces import lru_cluster
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -201,26 +200,6 @@ def test_the_setting_goes_as_deep_as_the_readers_tell_depths_apart():
     with pytest.raises(ValueError):
         BY_NAME["KSSCHED_WORKSPACE_DEPTH"].kind.parse(str(DEEPEST + 1))
     assert BY_NAME["KSSCHED_WORKSPACE_DEPTH"].kind.parse(str(DEEPEST)) == DEEPEST
-
-
-def lru_cluster(slots, runs=400):
-    """Nodes whose cache keeps the last `slots` pipelines' workspaces, written through
-    the ledger with each pod's outcome (`test_workspaces`' LRU cluster)."""
-    rng = random.Random(slots)
-    ledger = Ledger()
-    caches = {node: OrderedDict() for node in ("n1", "n2", "n3")}
-    ran_on = set()
-    for _ in range(runs):
-        node, label = rng.choice(list(caches)), f"ci-java-p{rng.randrange(12)}"
-        cache = caches[node]
-        startup = rng.uniform(10, 14) if label in cache else rng.uniform(55, 65)
-        warmth = "exact" if (node, label) in ran_on else "cold"
-        ledger.place(label, node, warmth, startup=startup)
-        ran_on.add((node, label))
-        cache[label] = None
-        cache.move_to_end(label)
-        while len(cache) > slots:
-            cache.popitem(last=False)
 
 
 def explained(label, nodes):

@@ -193,17 +193,16 @@ def test_depths_come_from_what_the_real_watcher_recorded(api, server):
     assert (report["partial"]["runs"], report["partial"]["startup_p50"]) == (2, 30)
 
 
-@pytest.mark.parametrize("slots", [2, 4])
-def test_on_nodes_with_an_lru_cache_the_report_names_its_size(slots):
-    """Nodes whose cache keeps the last `slots` pipelines' workspaces (each start
-    10-14 s when the workspace is there, 55-65 s when not), pipelines drawn at
-    random: the report names `slots` as the depth where workspaces are gone."""
+def lru_cluster(slots, runs=400):
+    """Nodes n1-n3 whose cache keeps the last `slots` pipelines' workspaces (each
+    start 10-14 s when the workspace is there, 55-65 s when not), `runs` pods of
+    12 pipelines drawn at random, written through the ledger with their outcomes."""
     rng = random.Random(slots)
     ledger = Ledger()
     caches = {node: OrderedDict() for node in ("n1", "n2", "n3")}
     pipelines = [f"ci-java-p{i}" for i in range(12)]
     ran_on = set()
-    for _ in range(400):
+    for _ in range(runs):
         node, label = rng.choice(list(caches)), rng.choice(pipelines)
         cache = caches[node]
         startup = rng.uniform(10, 14) if label in cache else rng.uniform(55, 65)
@@ -214,6 +213,13 @@ def test_on_nodes_with_an_lru_cache_the_report_names_its_size(slots):
         cache.move_to_end(label)
         while len(cache) > slots:
             cache.popitem(last=False)
+
+
+@pytest.mark.parametrize("slots", [2, 4])
+def test_on_nodes_with_an_lru_cache_the_report_names_its_size(slots):
+    """On an LRU cluster (`lru_cluster`), the report names `slots` as the depth
+    where workspaces are gone."""
+    lru_cluster(slots)
     report = workspace_report()
     assert (report["gone_from"], report["gone_reason"]) == (slots, None)
 
