@@ -124,7 +124,16 @@ class KeyNode(models.Model):
                 condition=models.Q(count__gte=0), name="keynode_count_gte_0"
             ),
         ]
-        indexes = [models.Index(fields=["node"], name="keynode_node_idx")]
+        indexes = [
+            models.Index(fields=["node"], name="keynode_node_idx"),
+            # Each node's pipeline keys, newest placement first, without reading
+            # the table: the recent pipelines of `history.reader.depths`.
+            models.Index(
+                fields=["node", "-last_placed_at", "-key"],
+                condition=models.Q(key__endswith="$"),
+                name="keynode_recent_idx",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.describe(key=self.key, node=self.node, count=self.count)

@@ -64,7 +64,7 @@ def memory_copy() -> MemoryHistory:
     memory.policies = Policies(keys=key_policies, nodes=node_policies)
     for node, key in (
         KeyNode.objects.filter(key__endswith="$", last_placed_at__isnull=False)
-        .order_by("node", "-last_placed_at", "key")
+        .order_by("node", "-last_placed_at", "-key")
         .values_list("node", "key")
     ):
         memory.recent.setdefault(node, []).append(key)

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import orjson
 import pytest
+from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from extender.scoring.rules import GONE_SCORE, NO_HISTORY_SCORE
@@ -20,8 +21,8 @@ from history.depth_feed import process_depth
 from history.labels import path_keys
 from history.models import LearnedDepth, NodePolicy
 from history.reader import history_reader
-from history.reader.depths import DEEPEST
-from history.reader.sql import SqlReader
+from history.reader.depths import DEEPEST, KEPT, Recent, recent_sql
+from history.reader.sql import SqlReader, read_recent
 from history.watcher import housekeeping
 from history.workspaces import NodeOrder
 from kssched.variables import BY_NAME
@@ -264,3 +265,57 @@ def test_auto_with_too_few_outcomes_measures_no_depth_and_demotes_nothing(settin
     assert process_depth().current() == 0
     settings.KSSCHED_WORKSPACE_DEPTH = 0
     assert housekeeping.learn_depth_now() == 0  # not measured unless auto
+
+
+def test_recent_pipelines_follow_each_change_as_a_fresh_read_would():
+    """`Recent.placed` against the truth (every pipeline key's placement time on a
+    node): after each change (a placement, one recorded late with an older time, a
+    row removed) the kept recent pipelines are the truth's newest KEPT, or None,
+    and then a fresh read gives them."""
+    rng = random.Random(3)
+
+    def fresh(truth):
+        newest = sorted(((at, key) for key, at in truth.items()), reverse=True)
+        newest = newest[:KEPT]
+        return Recent(tuple(k for _, k in newest), tuple(t for t, _ in newest))
+
+    truth: dict[str, float] = {}
+    recent = fresh(truth)
+    unknown = 0
+    for step in range(3000):
+        key = f"p{rng.randrange(30)}$"
+        roll = rng.random()
+        if roll < 0.1:
+            truth.pop(key, None)
+        elif roll < 0.25:
+            truth[key] = rng.uniform(0, step + 1)  # recorded late
+        else:
+            truth[key] = step + 1.0
+        moved = recent.placed(key, truth.get(key))
+        if moved is None:
+            unknown += 1
+            moved = fresh(truth)
+        assert moved == fresh(truth), step
+        recent = moved
+    assert 0 < unknown < 600  # reads again only now and then
+
+
+def test_the_recent_pipelines_are_read_from_their_index_alone():
+    """The statement repeats the index's condition as each database writes it, so
+    the planner can use `keynode_recent_idx` (a covering index on SQLite)."""
+    place("a", "ci-a", "n1")
+    vendor = connection.vendor
+    sql = recent_sql(vendor, 2)
+    with transaction.atomic(), connection.cursor() as cursor:
+        if vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("SET LOCAL enable_bitmapscan = off")
+            cursor.execute("EXPLAIN " + sql, [["n1", "n2"]])
+        else:
+            cursor.execute("EXPLAIN QUERY PLAN " + sql, ["n1", "n2"])
+        plan = " ".join(str(row) for row in cursor.fetchall())
+    assert "keynode_recent_idx" in plan, plan
+    if vendor == "sqlite":
+        assert "COVERING INDEX keynode_recent_idx" in plan
+    (recent,) = read_recent(["n1", "n2"]).values()
+    assert recent.keys == ("ci-a$",)

@@ -42,11 +42,17 @@ from django.db import connection
 
 from history.labels import PIPELINE_MARK, distinct_keys
 from history.models import KeyNode
-from history.reader.depths import depths_of, pipeline_key, ran_on
+from history.reader.depths import Recent, depths_of, pipeline_key, ran_on
 from history.reader.memo import KeyMemo
 from history.reader.model import LabelHistory, Policies, decode
 from history.reader.pool import database_pool
-from history.reader.sql import SqlReader, as_timestamp, history_sql, read_recent
+from history.reader.sql import (
+    SqlReader,
+    as_timestamp,
+    history_sql,
+    read_placed,
+    read_recent,
+)
 
 # A sync that names more pairs than this starts over instead (bulk edits, pauses).
 MAX_SYNC_PAIRS = 5000
@@ -57,9 +63,10 @@ REREAD_PAIRS = 400
 ROW_BYTES = 200
 # Estimated bytes of a key without rows (its dict, LRU slot, epoch and log).
 KEY_BYTES = 400
-# Estimated bytes of a node's recent pipelines: a dict slot and a tuple of
-# DEEPEST + 1 references (the keys are interned, so each is held once).
-RECENT_BYTES = 300
+# Estimated bytes of a node's recent pipelines: a dict slot, a `Recent`, a tuple of
+# DEEPEST + 1 references (the keys are interned, so each is held once) and one of
+# as many floats.
+RECENT_BYTES = 800
 
 Rows = dict[str, tuple[int, float, float]]
 
@@ -103,10 +110,10 @@ class CachedReader:
         self.busy: dict[str, int] = {}
         self.policies = Policies()
         self.replaced: Mapping[str, float] = {}
-        # node -> its recent pipelines (`depths`), for nodes asked about; dropped
-        # when a pipeline key changes on the node. Nodes being read outside the
-        # lock -> whether one did meanwhile.
-        self.recent: dict[str, tuple[str, ...]] = {}
+        # node -> its recent pipelines (`depths`), for nodes asked about, kept up
+        # to date as their pipeline keys change. Nodes being read outside the
+        # lock -> whether one changed meanwhile.
+        self.recent: dict[str, Recent] = {}
         self.recent_loading: dict[str, bool] = {}
 
     @property
@@ -206,9 +213,10 @@ class CachedReader:
                     for node in mine:
                         if self.recent_loading.pop(node, True):
                             continue  # changed while read, or started over
-                        if self.generation == generation and node in fetched:
-                            self.recent[node] = fetched[node]
-            recent.update((node, fetched.get(node, ())) for node in absent)
+                        if self.generation == generation:
+                            self.recent[node] = fetched.get(node, Recent((), ()))
+            empty = Recent((), ())
+            recent.update((node, fetched.get(node, empty)) for node in absent)
         return depths_of(key, ran, recent)
 
     def _hand_out(
@@ -253,22 +261,39 @@ class CachedReader:
         and keys being fetched re-read them once published. A pipeline key's
         change drops its nodes' recent pipelines."""
         held: dict[str, set[str]] = {}
+        placed: list[tuple[str, str]] = []
         for key, nodes in pairs.items():
             if not nodes:
                 continue
             if key.endswith(PIPELINE_MARK):
-                self._placed(nodes)
+                for node in nodes:
+                    if node in self.recent:
+                        placed.append((key, node))
+                    elif node in self.recent_loading:
+                        self.recent_loading[node] = True
             if key in self.rows:
                 held[key] = nodes
             elif key in self.fetching:
                 self.fetching[key].update(nodes)
         self._reread(held)
+        self._follow_recent(placed)
 
-    def _placed(self, nodes: Iterable[str]) -> None:
-        for node in nodes:
-            self.recent.pop(node, None)
-            if node in self.recent_loading:
-                self.recent_loading[node] = True
+    def _follow_recent(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Move these pipeline keys in their nodes' recent pipelines, from their
+        rows' placement times (REREAD_PAIRS pairs a statement); a node whose list
+        cannot say without being read again is dropped, read again when needed."""
+        for start in range(0, len(pairs), REREAD_PAIRS):
+            chunk = pairs[start : start + REREAD_PAIRS]
+            found = read_placed(chunk)
+            for key, node in chunk:
+                recent = self.recent.get(node)
+                if recent is None:
+                    continue
+                moved = recent.placed(key, found.get((key, node)))
+                if moved is None:
+                    del self.recent[node]
+                else:
+                    self.recent[node] = moved
 
     def extra_changed(self) -> None:
         """The policies or the node records changed."""

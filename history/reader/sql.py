@@ -20,7 +20,7 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from history.labels import distinct_keys, split_pipeline_label
 from history.models import KeyNode, KeyPolicy, NodePolicy, NodeRecord, Placement
 from history.reader.depths import (
-    RECENT_PARAMS,
+    Recent,
     decode_recent,
     depths_of,
     pipeline_key,
@@ -40,6 +40,10 @@ NULL_TEXT = "CAST(NULL AS TEXT)"
 NULL_NUMBER = "CAST(NULL AS BIGINT)"
 NULL_REAL = "CAST(NULL AS DOUBLE PRECISION)"
 
+
+# Nodes whose recent pipelines one SQLite statement reads (a compound SELECT of one
+# part per node: SQLite allows 500).
+RECENT_NODES = 400
 
 # SQLite's log of pods that started or stopped running (migration 0010's triggers).
 POD_LOG = "history_podlog"
@@ -203,12 +207,33 @@ def fetch_all(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return rows
 
 
-def read_recent(nodes: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """node -> its recent pipelines (`depths`), for `nodes`, in one statement."""
-    if not nodes:
+def read_recent(nodes: Sequence[str]) -> dict[str, Recent]:
+    """node -> its recent pipelines (`depths`), for `nodes`: one statement (on
+    SQLite, one per RECENT_NODES nodes)."""
+    found: list[tuple[Any, ...]] = []
+    vendor = connection.vendor
+    if vendor == "postgresql":
+        if nodes:
+            found = fetch_all(recent_sql(vendor, len(nodes)), [list(nodes)])
+    else:
+        for start in range(0, len(nodes), RECENT_NODES):
+            chunk = nodes[start : start + RECENT_NODES]
+            found += fetch_all(recent_sql(vendor, len(chunk)), chunk)
+    return decode_recent(found, as_timestamp)
+
+
+def read_placed(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+    """(key, node) -> when that row was last placed, for the `pairs` that have a
+    row with a placement time, in one statement."""
+    if not pairs:
         return {}
-    condition, param = nodes_condition("node", nodes)
-    return decode_recent(fetch_all(recent_sql(condition), [param, *RECENT_PARAMS]))
+    where = " OR ".join(["(key = %s AND node = %s)"] * len(pairs))
+    found = fetch_all(
+        f"SELECT key, node, last_placed_at FROM {KeyNode._meta.db_table} "
+        f"WHERE ({where}) AND last_placed_at IS NOT NULL",
+        [part for pair in pairs for part in pair],
+    )
+    return {(key, node): as_timestamp(at) for key, node, at in found}
 
 
 def nodes_condition(column: str, nodes: Sequence[str]) -> tuple[str, str | list[str]]:
