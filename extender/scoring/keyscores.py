@@ -26,6 +26,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from itertools import repeat
 
 from extender.scoring.rules import (
+    GONE_SCORE,
     MAX_SCORE,
     MIN_SCORE,
     NO_HISTORY_SCORE,
@@ -271,13 +272,10 @@ def warm_fast(
     # the label, load above the mean, pinned or banned.
     special: set[str] = set(history.active)
     special.update(policy.nodes)
+    # Nodes where the pipeline's own workspace counts as gone: at most GONE_SCORE.
+    gone: set[str] = set()
     if rules.workspace_depth:
-        # Nodes where the pipeline's own workspace counts as gone.
-        special.update(
-            node
-            for node, depth in history.depths.items()
-            if workspace_gone(depth, rules)
-        )
+        gone = {n for n, d in history.depths.items() if workspace_gone(d, rules)}
     for value in kept:
         special |= value.unsettled
     busy = history.busy
@@ -289,7 +287,7 @@ def warm_fast(
         else:
             get = busy.get
             loaded = {node for node in nodes if get(node, 0) > allowed}
-    if not special and not loaded:
+    if not special and not loaded and not gone:
         return scores
     asked = set(nodes)
     special &= asked
@@ -297,13 +295,13 @@ def warm_fast(
     changed = warm_exact(
         history, special, nodes, now, half_life, rules, policy, allowed
     )
+    bases = dict(zip(nodes, scores, strict=True)) if loaded or gone else {}
     if loaded:
         # Settled nodes under load, with no pod of the label and no rule: only the
         # load penalty applies (`warm_penalties` with no active pod, weight 1). It
         # depends on the base score and the pod count alone, so it is worked out
         # once per pair: a cluster running thousands of pipeline pods has
         # thousands of such nodes and a few dozen pairs.
-        bases = dict(zip(nodes, scores, strict=True))
         assert allowed is not None
         after: dict[tuple[int, int], int] = {}
         for node in loaded:
@@ -314,6 +312,9 @@ def warm_fast(
                 points = load_points(base, pods - allowed, rules, policy.pull)
                 score = after[pair] = base - points
             changed[node] = score
+    for node in (gone & asked) - special:
+        # Settled, with no pod of the label and no rule (`warm_penalties`).
+        changed[node] = min(changed.get(node, bases[node]), GONE_SCORE)
     return list(map(changed.get, nodes, scores))
 
 

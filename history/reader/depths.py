@@ -67,15 +67,13 @@ def _recent(oldest_first: list[tuple[float, str]]) -> Recent:
     return Recent(tuple(k for _, k in newest), tuple(t for t, _ in newest))
 
 
-def depth_in(recent: Recent | Sequence[str], key: str) -> int | None:
-    """The depth of pipeline `key` on a node whose recent pipelines are `recent`
-    (or their keys): its place there, else DEEPEST if they are all kept there is
-    room for (None: it has no placement time, see the module's doc)."""
-    keys = recent.keys if isinstance(recent, Recent) else recent
-    try:
+def depth_in(keys: Sequence[str], key: str) -> int | None:
+    """The depth of pipeline `key` on a node whose recent pipelines' keys are
+    `keys`: its place there, else DEEPEST if they are all kept there is room for
+    (None: it has no placement time, see the module's doc)."""
+    if key in keys:
         return min(keys.index(key), DEEPEST)
-    except ValueError:
-        return DEEPEST if len(keys) >= KEPT else None
+    return DEEPEST if len(keys) >= KEPT else None
 
 
 def depths_of(
@@ -83,8 +81,10 @@ def depths_of(
 ) -> dict[str, int]:
     """node -> the depth of pipeline `key` there, for `nodes` (where it ran)."""
     found = {}
+    get = recent.get
     for node in nodes:
-        depth = depth_in(recent.get(node, ()), key)
+        kept = get(node, ())
+        depth = depth_in(kept.keys if isinstance(kept, Recent) else kept, key)
         if depth is not None:
             found[node] = depth
     return found
@@ -101,6 +101,8 @@ def ran_on(
 ) -> list[str]:
     """The nodes of a pipeline key's rows where they count (`model.row_counts`:
     count > 0, and placed since the node was last replaced)."""
+    if not replaced:
+        return [node for node, row in rows.items() if row[0] > 0]
     return [
         node
         for node, (count, _, at) in rows.items()
