@@ -145,3 +145,45 @@ def test_placement_events_show_in_kubectl_describe_and_the_counts_audit_clean(
         check=False,
     )
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_a_node_whose_workspace_is_gone_loses_its_pull(
+    control_plane, namespace, make_nodes, tmp_path
+):
+    """KSSCHED_WORKSPACE_DEPTH on a real control plane. LABEL ran three times on
+    nodes[2] and once on nodes[1]: kube-scheduler binds its next pod to nodes[2].
+    Then two other pipelines run on nodes[2]; with KSSCHED_WORKSPACE_DEPTH=2 the
+    extender counts LABEL's workspace there as gone, and kube-scheduler binds the
+    next pod to nodes[1], where it is still warm."""
+    plane = control_plane
+    nodes = make_nodes(4)
+
+    def scheduled(name, **settings):
+        with stack.servers(**settings) as (_web, extender, _):
+            config = stack.scheduler_config(extender)
+            scheduler, _port = plane.start_scheduler(f"ks-{name}", config=config)
+            try:
+                return stack.run_pod(plane, namespace, name, label=LABEL)
+            finally:
+                scheduler.stop()
+
+    with stack.watcher(plane, tmp_path):
+        uids = {
+            stack.run_pod(plane, namespace, f"seed-{i}", label=LABEL, node=node)[0]
+            for i, node in enumerate([nodes[1], nodes[2], nodes[2], nodes[2]])
+        }
+        assert stack.wait_finished(uids)
+        uid, node = scheduled("depth-off")
+        assert node == nodes[2]
+        assert stack.wait_finished({uid})
+        for i in range(2):
+            time.sleep(1.1)  # placement times have whole seconds
+            other, _ = stack.run_pod(
+                plane, namespace, f"other-{i}", label=f"{OTHER}{i}", node=nodes[2]
+            )
+            assert stack.wait_finished({other})
+        uid, node = scheduled("depth-2", KSSCHED_WORKSPACE_DEPTH="2")
+        assert node == nodes[1]
+        assert stack.wait_finished({uid})
+        log = (tmp_path / "watcher.log").read_text()
+        assert "Traceback" not in log
