@@ -13,18 +13,20 @@ from datetime import timedelta
 import orjson
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from extender.scoring.rules import GONE_SCORE, NO_HISTORY_SCORE
 from extender.scoring.steering import SteeringMemory, plan_terms
 from history.depth_feed import process_depth
 from history.labels import path_keys
-from history.models import LearnedDepth, NodePolicy
+from history.models import LearnedDepth, NodePolicy, Placement
+from history.outcomes import WINDOW
 from history.reader import history_reader
 from history.reader.depths import DEEPEST, KEPT, Recent, recent_sql
 from history.reader.sql import SqlReader, read_recent
 from history.watcher import housekeeping
-from history.workspaces import NodeOrder
+from history.workspaces import NodeOrder, learning_since
 from kssched.variables import BY_NAME
 from tests.helpers import place
 from tests.test_workspaces import lru_cluster
@@ -319,3 +321,13 @@ def test_the_recent_pipelines_are_read_from_their_index_alone():
         assert "COVERING INDEX keynode_recent_idx" in plan
     (recent,) = read_recent(["n1", "n2"]).values()
     assert recent.keys == ("ci-a$",)
+
+
+def test_the_learning_window_holds_at_most_the_newest_placements():
+    """`auto`'s measurement reads the last 30 days, or the newest LEARN_ROWS
+    placements of them when there are more (the watcher's memory)."""
+    lru_cluster(slots=2, runs=50)
+    now = timezone.now()
+    since = learning_since(now, most=20)
+    assert Placement.objects.filter(bound_at__gte=since, bound_at__lt=now).count() == 20
+    assert learning_since(now, most=1000) == now - WINDOW
