@@ -151,11 +151,13 @@ def test_a_node_whose_workspace_is_gone_loses_its_pull(
     control_plane, namespace, make_nodes, tmp_path
 ):
     """KSSCHED_WORKSPACE_DEPTH on a real control plane. LABEL ran three times on
-    nodes[2] and once on nodes[1]: kube-scheduler binds its next pod to one of them
-    (nodes[2] on SQLite; on PostgreSQL the two came out even in CI). Then two other
-    pipelines run on nodes[2]; with KSSCHED_WORKSPACE_DEPTH=2 the
-    extender counts LABEL's workspace there as gone, and kube-scheduler binds the
-    next pod to nodes[1], where it is still warm."""
+    nodes[2], and a sibling pipeline (the same path but the last segment) once on
+    nodes[1]: kube-scheduler binds LABEL's next pod to nodes[2], exact beating
+    partial. Then two other pipelines run on nodes[2]; with KSSCHED_WORKSPACE_DEPTH=2
+    the extender counts LABEL's workspace there as gone, and kube-scheduler binds
+    the next pod to nodes[1], where its path is still warm. (Two nodes where LABEL
+    itself ran would both score 9, and kube-scheduler breaks such a tie at
+    random.)"""
     plane = control_plane
     nodes = make_nodes(4)
 
@@ -169,13 +171,15 @@ def test_a_node_whose_workspace_is_gone_loses_its_pull(
                 scheduler.stop()
 
     with stack.watcher(plane, tmp_path):
+        sibling = LABEL.rsplit("-", 1)[0] + "-web"  # partly warm for LABEL
+        seeds = [(nodes[1], sibling)] + [(nodes[2], LABEL)] * 3
         uids = {
-            stack.run_pod(plane, namespace, f"seed-{i}", label=LABEL, node=node)[0]
-            for i, node in enumerate([nodes[1], nodes[2], nodes[2], nodes[2]])
+            stack.run_pod(plane, namespace, f"seed-{i}", label=label, node=node)[0]
+            for i, (node, label) in enumerate(seeds)
         }
         assert stack.wait_finished(uids)
         uid, node = scheduled("depth-off")
-        assert node in (nodes[1], nodes[2])  # where it ran
+        assert node == nodes[2]
         assert stack.wait_finished({uid})
         for i in range(2):
             time.sleep(1.1)  # placement times have whole seconds
