@@ -51,6 +51,27 @@ def forget_depth() -> None:
     _PROCESS = DepthFeed()
 
 
+def depth_text() -> str:
+    """The depth in use, for the admin's overview: the setting, and with `auto` the
+    watcher's last measurement (read now, as a process reads it)."""
+    setting = settings.KSSCHED_WORKSPACE_DEPTH
+    if setting != "auto":
+        if not int(setting):
+            return "off: KSSCHED_WORKSPACE_DEPTH is 0, no workspace counts as gone"
+        return f"{setting}, as KSSCHED_WORKSPACE_DEPTH sets it"
+    learned = LearnedDepth.objects.filter(pk=1).first()
+    if learned is None:
+        return (
+            "auto, not measured yet: the watcher that holds the lease measures it "
+            "every hour; until then no workspace counts as gone"
+        )
+    when = f"measured {learned.measured_at:%Y-%m-%d %H:%M} UTC"
+    if learned.depth is None:
+        none = f"auto, none named ({learned.reason})"
+        return f"{none}: no workspace counts as gone; {when}"
+    return f"auto: {learned.depth}, {when} from the ledger's outcomes"
+
+
 def after_request(**kwargs: object) -> None:
     """`request_finished` receiver: once a request has scored with a learned
     depth, read it again when it is time, the reply sent."""

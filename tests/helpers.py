@@ -318,3 +318,14 @@ def in_other_connection(work) -> None:
     thread.join()
     if errors:
         raise errors[0]
+
+
+def pod_body(label=None, nodes=("node1", "node2")):
+    """An extender call's body (prioritize, filter, explain) for a pod of `label`
+    (none: a pod without the label) and the candidate `nodes`."""
+    labels = {"app": "x"} if label is None else {"ks-pipeline": label}
+    return {
+        "Pod": {"metadata": {"name": "p", "namespace": "ns", "labels": labels}},
+        "Nodes": None,
+        "NodeNames": list(nodes),
+    }

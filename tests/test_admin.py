@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from xml.etree import ElementTree
 
 import pytest
@@ -27,6 +27,7 @@ from history.models import (
     MAX_COUNT,
     CountAdjustment,
     KeyNode,
+    LearnedDepth,
     NodeRecord,
     Placement,
     WatchState,
@@ -925,3 +926,28 @@ def test_superuser_bootstrap_from_environment(client, monkeypatch):
     assert user.is_superuser and user.email == "ops@example.com"
     log_in(client, "ops", "a-long-pass-phrase-42")
     assert client.get("/admin/").status_code == 200
+
+
+def test_index_overview_names_the_workspace_depth_in_use(admin_client, settings):
+    def shown():
+        body = admin_client.get("/admin/").content.decode()
+        cell = re.search(r'id="ks-workspace-depth">([^<]*)', body)
+        assert cell, "no workspace depth on the overview"
+        return " ".join(cell.group(1).split())
+
+    settings.KSSCHED_WORKSPACE_DEPTH = 0
+    assert shown().startswith("off: KSSCHED_WORKSPACE_DEPTH is 0")
+    settings.KSSCHED_WORKSPACE_DEPTH = 4
+    assert shown().startswith("4, as KSSCHED_WORKSPACE_DEPTH sets it")
+    settings.KSSCHED_WORKSPACE_DEPTH = "auto"
+    assert shown().startswith("auto, not measured yet")
+    at = datetime(2026, 12, 7, 21, 0, tzinfo=UTC)
+    LearnedDepth.objects.create(
+        pk=1, depth=None, reason="too few outcomes", measured_at=at
+    )
+    assert shown().startswith(
+        "auto, none named (too few outcomes): no workspace counts as gone; "
+        "measured 2026-12-07 21:00 UTC"
+    )
+    LearnedDepth.objects.filter(pk=1).update(depth=3, reason="")
+    assert shown().startswith("auto: 3, measured 2026-12-07 21:00 UTC")

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from history.ledger import record_placement
 from history.models import NodePolicy
-from tests.helpers import load_fixture, ran
+from tests.helpers import load_fixture, pod_body, ran
 from tests.test_extender import BAD_BODIES
 
 EXPLAIN_URL = "/scheduler/explain"
@@ -28,19 +28,6 @@ def post(client, url, body):
     if not isinstance(body, bytes):
         body = orjson.dumps(body)
     return client.generic("POST", url, body, content_type="application/json")
-
-
-def pod_body(label, nodes):
-    return {
-        "Pod": {
-            "metadata": {
-                "name": "p",
-                "namespace": "ns",
-                "labels": {"ks-pipeline": label},
-            }
-        },
-        "NodeNames": list(nodes),
-    }
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from history.ledger import increment_key_nodes
 from history.models import KeyNode
-from tests.helpers import load_fixture
+from tests.helpers import load_fixture, pod_body
 
 FILTER_URL = "/scheduler/predicates/alwaystrue"
 PRIORITIZE_URL = "/scheduler/priorities/pipeline"
@@ -36,15 +36,6 @@ def lowercase_envelope(body: dict) -> dict:
 def seed(rows):
     for key, node, count in rows:
         KeyNode.objects.create(key=key, node=node, count=count)
-
-
-def pod_body(label=None, nodes=("node1", "node2")):
-    labels = {"app": "x"} if label is None else {"ks-pipeline": label}
-    return {
-        "Pod": {"metadata": {"name": "p", "namespace": "ns", "labels": labels}},
-        "Nodes": None,
-        "NodeNames": list(nodes),
-    }
 
 
 # --- filter -----------------------------------------------------------------------

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from history.models import Placement
 from tests.admission_reviews import answer, new_pod, patched, preferred_nodes, review
 from tests.fakeapi import make_pod
-from tests.helpers import watch_once
+from tests.helpers import pod_body, watch_once
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("warm")]
 
@@ -43,20 +43,9 @@ def history(server, tmp_path):
 
 
 def prioritize(client):
-    body = {
-        "Pod": {
-            "metadata": {
-                "name": "p",
-                "namespace": "ci",
-                "labels": {"ks-pipeline": LABEL},
-            }
-        },
-        "Nodes": None,
-        "NodeNames": NODES,
-    }
     response = client.post(
         "/scheduler/priorities/pipeline",
-        orjson.dumps(body),
+        orjson.dumps(pod_body(LABEL, NODES)),
         content_type="application/json",
     )
     assert response.status_code == 200, response.content

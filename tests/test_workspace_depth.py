@@ -28,7 +28,7 @@ from history.reader.sql import SqlReader, read_recent
 from history.watcher import housekeeping
 from history.workspaces import NodeOrder, learning_since
 from kssched.variables import BY_NAME
-from tests.helpers import place
+from tests.helpers import place, pod_body
 from tests.test_workspaces import lru_cluster
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -107,20 +107,8 @@ def cluster():
 
 
 def post(url, label, nodes):
-    body = {
-        "Pod": {
-            "metadata": {
-                "name": "p",
-                "namespace": "ci",
-                "labels": {"ks-pipeline": label},
-            }
-        },
-        "NodeNames": nodes,
-    }
-    client = APIClient()
-    response = client.generic(
-        "POST", url, orjson.dumps(body), content_type="application/json"
-    )
+    body = orjson.dumps(pod_body(label, nodes))
+    response = APIClient().post(url, body, content_type="application/json")
     assert response.status_code == 200, response.content
     return orjson.loads(response.content)
 

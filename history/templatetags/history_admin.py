@@ -10,6 +10,7 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from history import outcomes, queries
+from history.depth_feed import depth_text
 from history.models import KeyNode, NodeRecord, Placement
 from history.permissions import can_view_history
 from history.watcher.health import has_reported, seconds_since, stream_health
@@ -127,6 +128,7 @@ def history_overview(context: template.Context) -> dict[str, Any]:
         "busiest_nodes": busiest_nodes,
         "watcher": watcher_status(now),
         "database": database_description(),
+        "workspace_depth": depth_text(),
         "pipeline_label": settings.KSSCHED_PIPELINE_LABEL,
         "scheduler_name": settings.KSSCHED_SCHEDULER_NAME,
     }
