@@ -83,10 +83,11 @@ worker_class = "kssched.workers.DeadlineWorker"
 # Connections (greenlets) per worker; past them, connections wait in the listen queue.
 worker_connections = 1000
 # Application greenlets per worker: each runs the requests read whole one at a time,
-# with its own database connection and history cache. kube-scheduler calls the
-# extender one at a time. On the web listener with PostgreSQL a second one runs while
-# the first waits for the database, for the API server's concurrent reviews; SQLite
-# never yields to gevent, so a second one would only warm a second cache.
+# with its own database connection (the history cache is one per process). kube-
+# scheduler calls the extender one at a time. On the web listener with PostgreSQL a
+# second one runs while the first waits for the database, for the API server's
+# concurrent reviews; SQLite never yields to gevent, so a second one would only wait
+# its turn.
 _POSTGRES = variables.read(_ENV)["DATABASE_URL"].startswith(("postgres", "pgsql"))
 threads = 2 if LISTENER == "web" and _POSTGRES else 1
 # Seconds a connection waits for its next request (0: one request per connection).
