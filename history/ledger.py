@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from history.labels import distinct_keys, path_keys, placement_keys
 from history.models import MAX_COUNT, KeyNode, Placement
-from history.reader.sql import SqlReader
+from history.reader.depths import depth_in, pipeline_key
+from history.reader.sql import SqlReader, read_recent
 from history.recency import (
     WARM_MIN_WEIGHT,
     carried_weight_sql,
@@ -108,6 +109,10 @@ class Entered:
 
     warmth: str
     history: tuple[tuple[str, int], ...]
+    # With `depth`, for an exact placement: how many other pipelines were placed on
+    # the node since this one last was (`reader.depths`: DEEPEST for as many or
+    # more; None when not asked, or not told).
+    depth: int | None = None
 
 
 def record_placement(
@@ -152,6 +157,7 @@ def enter_placement(
     bound_at: datetime | None = None,
     resource_version: str = "",
     warmth: str = "",
+    depth: bool = False,
 ) -> Entered | None:
     """`record_placement`, returning what the watcher's Event says: the warmth and
     history of a pod entered now, None when its UID was already in the ledger.
@@ -161,12 +167,15 @@ def enter_placement(
     judged from history as it stood before this pod counted; `warm_history`), the
     ledger row (an insert that does nothing when the UID is already there, so a
     concurrent duplicate waits for the first and then changes nothing), and, only
-    when the row went in, the increments of every key in one upsert.
+    when the row went in, the increments of every key in one upsert. With `depth`,
+    an exact placement reads the node's recent pipelines too (`workspace_depth`).
     """
     now = timezone.now()
     with transaction.atomic(savepoint=False):
         history = tuple(warm_history(label=label, node=node, at=now))
         warmth = warmth or warmth_of(label=label, history=history)
+        exact = depth and warmth == Placement.Warmth.EXACT
+        before = workspace_depth(label=label, node=node) if exact else None
         adapt = connection.ops.adapt_datetimefield_value
         with connection.cursor() as cursor:
             cursor.execute(
@@ -189,7 +198,17 @@ def enter_placement(
         if not created:
             return None
         increment_key_nodes(keys=placement_keys(label), node=node, now=now)
-    return Entered(warmth=warmth, history=history)
+    return Entered(warmth=warmth, history=history, depth=before)
+
+
+def workspace_depth(*, label: str, node: str) -> int | None:
+    """How many other pipelines were placed on `node` since `label` last was, as
+    `warm` reads it (`reader.depths`), from the statement the readers use."""
+    key = pipeline_key(path_keys(label))
+    if key is None:
+        return None
+    recent = read_recent([node]).get(node)
+    return depth_in(recent.keys if recent is not None else (), key)
 
 
 def finish_placement(*, pod_uid: str, finished_at: datetime | None = None) -> bool:

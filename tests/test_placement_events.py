@@ -5,10 +5,12 @@ them as the API server does."""
 import logging
 
 import pytest
+from django.utils import timezone
 
-from history.models import Placement
+from history.models import LearnedDepth, Placement
+from history.reader.depths import DEEPEST
 from history.watcher import metrics
-from history.watcher.placement_events import TokenBucket, event_name
+from history.watcher.placement_events import PlacementEvent, TokenBucket, event_name
 from tests.fakeapi import FakeApiServer, StatusAction, make_pod
 from tests.helpers import place, watch_once
 from tests.test_settings import run_manage
@@ -186,3 +188,51 @@ def test_event_names_stay_unique_within_the_limit():
     assert len(first) == len(second) == 253
     assert first.startswith("p" * 200)
     assert "-." not in first and ".." not in first
+
+
+@pytest.mark.parametrize(
+    "depth, gone",
+    [(0, None), (4, False), (2, True), ("auto", True)],
+    ids=["off", "deeper-than-2", "gone-from-2", "auto-measured-2"],
+)
+def test_with_a_workspace_depth_an_exact_placement_says_how_deep_its_workspace_was(
+    server, tmp_path, depth, gone
+):
+    """Two other pipelines ran on n1 since LABEL did: with KSSCHED_WORKSPACE_DEPTH
+    on, the Event of LABEL's next pod there says so, and whether `warm` counted
+    the workspace as gone; a cold placement says nothing of it."""
+    LearnedDepth.objects.create(pk=1, depth=2, measured_at=timezone.now())
+    place("old-a", LABEL, "n1")
+    place("old-b", "gitlab-go-build-web", "n1")
+    place("old-c", "tekton-node-npm-ui", "n1")
+    server.add_pod(make_pod("build-again", label=LABEL, node="n1"))
+    server.add_pod(make_pod("build-cold", label=LABEL, node="n2"))
+    watch_once(server, tmp_path, KSSCHED_WORKSPACE_DEPTH=depth)
+    notes = {e["regarding"]["name"]: e["note"] for e in server.objects("events")}
+    assert "workspace" not in notes["build-cold"]
+    if gone is None:
+        assert "workspace" not in notes["build-again"]
+        return
+    says = "its workspace: 2 other pipelines placed on n1 since it last was"
+    if gone:
+        says += ", so it counts as gone (depth 2)"
+    assert notes["build-again"].endswith(f"; {says}")
+
+
+def test_a_workspace_as_deep_as_the_readers_tell_is_that_deep_or_more():
+    event = PlacementEvent(
+        namespace="ci",
+        pod="p",
+        uid="u",
+        label=LABEL,
+        node="n1",
+        warmth="exact",
+        keys=(f"{LABEL}$",),
+        history=((f"{LABEL}$", 3),),
+        depth=DEEPEST,
+        gone_from=4,
+    )
+    assert event.note.endswith(
+        f"; its workspace: {DEEPEST} or more other pipelines placed on n1 since it "
+        "last was, so it counts as gone (depth 4)"
+    )

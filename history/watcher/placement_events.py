@@ -5,7 +5,8 @@ the pod, so `kubectl describe pod` and `kubectl get events` answer "why did my p
 land there?": the node, the warmth the ledger recorded, and the history behind it, in
 one line. The reason follows the ledger's warmth (`WarmPlacement` for exact,
 `PartialPlacement`, `ColdPlacement`), so a change to how warmth is judged changes the
-Events with it.
+Events with it. With KSSCHED_WORKSPACE_DEPTH on, an exact placement's line also says
+how many other pipelines ran on the node since this one last did (`ledger.Entered`).
 
 Writing is bounded: a token bucket allows `rate` Events per second (bursts up to
 `burst`); Events beyond it, or beyond `QUEUE_SIZE` waiting, are dropped and counted.
@@ -32,7 +33,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 
-from history import ledger, worth_feed
+from history import depth_feed, ledger, worth_feed
+from history.reader.depths import DEEPEST
 from history.watcher import metrics
 from history.watcher.kube import KubeApi, micro_time
 
@@ -81,6 +83,11 @@ class PlacementEvent:
     # The weight what warmth is worth gives the pipeline's pull, and why
     # (`with_worth`); empty while nothing is learned.
     worth: str = ""
+    # With KSSCHED_WORKSPACE_DEPTH on, for an exact placement: how many other
+    # pipelines were placed on the node since this one last was (`ledger.Entered`),
+    # and the depth `warm` counted a workspace gone from (`with_depth`; 0: none).
+    depth: int | None = None
+    gone_from: int = 0
 
     @property
     def reason(self) -> str:
@@ -105,10 +112,24 @@ class PlacementEvent:
         )
         if self.worth:
             text += f"; {self.worth}"
+        if self.depth is not None:
+            text += f"; {self.workspace}"
         encoded = text.encode()
         if len(encoded) <= NOTE_MAX_BYTES:
             return text
         return encoded[: NOTE_MAX_BYTES - 3].decode(errors="ignore") + "..."
+
+    @property
+    def workspace(self) -> str:
+        """What the depth says of the pipeline's workspace on the node."""
+        more = " or more" if self.depth == DEEPEST else ""
+        text = (
+            f"its workspace: {self.depth}{more} other pipelines placed on "
+            f"{self.node} since it last was"
+        )
+        if self.gone_from and self.depth is not None and self.depth >= self.gone_from:
+            text += f", so it counts as gone (depth {self.gone_from})"
+        return text
 
 
 def recorded(
@@ -133,6 +154,7 @@ def recorded(
         warmth=entered.warmth,
         keys=tuple(dict.fromkeys(keys)),
         history=entered.history,
+        depth=entered.depth,
     )
 
 
@@ -224,7 +246,7 @@ class PlacementEvents:
         try:
             while (event := self._queue.get()) is not None:
                 try:
-                    self.write(with_worth(event))
+                    self.write(with_depth(with_worth(event)))
                 except Exception:
                     logger.exception("Cannot write a placement Event")
         finally:
@@ -277,6 +299,18 @@ def with_worth(event: PlacementEvent) -> PlacementEvent:
     return replace(
         event, worth=f"warm pull weight {estimate.weight:g}: {estimate.reason}"
     )
+
+
+def with_depth(event: PlacementEvent) -> PlacementEvent:
+    """`event` naming the depth `warm` counts a workspace gone from, as this
+    process reads KSSCHED_WORKSPACE_DEPTH (with `auto`, the measurement, refreshed
+    here at most every KSSCHED_WORTH_REFRESH_SECONDS); unchanged without a depth."""
+    if event.depth is None:
+        return event
+    feed = depth_feed.process_depth()
+    if settings.KSSCHED_WORKSPACE_DEPTH == "auto":
+        feed.refresh()
+    return replace(event, gone_from=feed.current())
 
 
 def event_name(pod: str, time_ns: int) -> str:

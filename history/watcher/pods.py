@@ -16,6 +16,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from history import labels, ledger
@@ -225,7 +226,9 @@ class PodHandler:
             outcome = DUPLICATE
         elif decision.placement is not None:
             placement = decision.placement
-            entered = ledger.enter_placement(**vars(placement))
+            entered = ledger.enter_placement(
+                **vars(placement), depth=settings.KSSCHED_WORKSPACE_DEPTH != 0
+            )
             outcome = RECORDED if entered is not None else DUPLICATE
             transaction.on_commit(partial(self._remember, placement.pod_uid))
             if entered is not None and self.events is not None:
