@@ -122,11 +122,13 @@ class PlacementEvent:
     @property
     def workspace(self) -> str:
         """What the depth says of the pipeline's workspace on the node."""
-        more = " or more" if self.depth == DEEPEST else ""
-        text = (
-            f"its workspace: {self.depth}{more} other pipelines placed on "
-            f"{self.node} since it last was"
-        )
+        if not self.depth:
+            others = "no other pipeline"
+        elif self.depth == DEEPEST:
+            others = f"{DEEPEST} or more other pipelines"
+        else:
+            others = f"{self.depth} other pipeline{'s' if self.depth > 1 else ''}"
+        text = f"its workspace: {others} placed on {self.node} since it last was"
         if self.gone_from and self.depth is not None and self.depth >= self.gone_from:
             text += f", so it counts as gone (depth {self.gone_from})"
         return text
