@@ -219,41 +219,33 @@ def test_with_a_workspace_depth_an_exact_placement_says_how_deep_its_workspace_w
     assert notes["build-again"].endswith(f"; {says}")
 
 
+def exact_on_n1(**workspace):
+    """The Event of an exact placement of LABEL on n1, with `workspace`'s depth."""
+    return PlacementEvent(
+        namespace="ci",
+        pod="p",
+        uid="u",
+        label=LABEL,
+        node="n1",
+        warmth="exact",
+        keys=(f"{LABEL}$",),
+        history=((f"{LABEL}$", 3),),
+        **workspace,
+    )
+
+
 @pytest.mark.parametrize(
     "depth, others",
     [(0, "no other pipeline"), (1, "1 other pipeline"), (3, "3 other pipelines")],
 )
 def test_the_workspace_line_counts_the_other_pipelines(depth, others):
-    event = PlacementEvent(
-        namespace="ci",
-        pod="p",
-        uid="u",
-        label=LABEL,
-        node="n1",
-        warmth="exact",
-        keys=(f"{LABEL}$",),
-        history=((f"{LABEL}$", 3),),
-        depth=depth,
-    )
-    assert event.note.endswith(
+    assert exact_on_n1(depth=depth).note.endswith(
         f"; its workspace: {others} placed on n1 since it last was"
     )
 
 
 def test_a_workspace_as_deep_as_the_readers_tell_is_that_deep_or_more():
-    event = PlacementEvent(
-        namespace="ci",
-        pod="p",
-        uid="u",
-        label=LABEL,
-        node="n1",
-        warmth="exact",
-        keys=(f"{LABEL}$",),
-        history=((f"{LABEL}$", 3),),
-        depth=DEEPEST,
-        gone_from=4,
-    )
-    assert event.note.endswith(
+    assert exact_on_n1(depth=DEEPEST, gone_from=4).note.endswith(
         f"; its workspace: {DEEPEST} or more other pipelines placed on n1 since it "
         "last was, so it counts as gone (depth 4)"
     )
