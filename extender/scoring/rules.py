@@ -12,7 +12,7 @@ from itertools import repeat
 from typing import Any
 
 from history.reader import Policies
-from history.reader.depths import DEEPEST
+from history.reader.depths import DEEPEST, counts_as_gone
 from history.recency import WARM_MIN_WEIGHT, Row
 
 MIN_SCORE = 0
@@ -194,8 +194,7 @@ MAX_POLICY_WEIGHT = 10.0
 def workspace_gone(depth: int | None, rules: WarmRules) -> bool:
     """Whether a pipeline's own workspace counts as gone from a node where its
     workspace `depth` is `depth` (None: it did not run there, or depths are off)."""
-    limit = rules.workspace_depth
-    return depth is not None and 0 < limit <= depth
+    return counts_as_gone(depth, rules.workspace_depth)
 
 
 def gone_reason(depth: int, rules: WarmRules) -> str:

@@ -90,6 +90,12 @@ def depths_of(
     return found
 
 
+def counts_as_gone(depth: int | None, limit: int) -> bool:
+    """Whether a workspace `depth` deep counts as gone with KSSCHED_WORKSPACE_DEPTH
+    `limit` (0: never; None: the pipeline did not run there, or depths are off)."""
+    return depth is not None and 0 < limit <= depth
+
+
 def pipeline_key(keys: Sequence[str]) -> str | None:
     """The pipeline key among a label's keys (the last of `labels.path_keys`), if
     they hold it: `seed`'s segments do not."""

@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import connections
 
 from history import depth_feed, ledger, worth_feed
-from history.reader.depths import DEEPEST
+from history.reader.depths import DEEPEST, counts_as_gone
 from history.watcher import metrics
 from history.watcher.kube import KubeApi, micro_time
 
@@ -129,7 +129,7 @@ class PlacementEvent:
         else:
             others = f"{self.depth} other pipeline{'s' if self.depth > 1 else ''}"
         text = f"its workspace: {others} placed on {self.node} since it last was"
-        if self.gone_from and self.depth is not None and self.depth >= self.gone_from:
+        if counts_as_gone(self.depth, self.gone_from):
             text += f", so it counts as gone (depth {self.gone_from})"
         return text
 

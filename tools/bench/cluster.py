@@ -306,7 +306,7 @@ def record_cost(pipelines: int) -> dict[str, list[float]]:
         state = "running" if block % 2 == 0 else "idle"
         set_running(state == "running")
         for index in range(100):
-            uid = f"record-{block}-{index}"
+            uid = f"record-{os.getpid()}-{block}-{index}"  # new to the ledger
             timings[state].append(timed_placement(uid, rng, pipelines))
             ledger.finish_placement(pod_uid=uid)
     set_running(False)
