@@ -14,131 +14,112 @@ from typing import Any
 
 import gevent.event
 import gevent.queue
+from django.conf import settings
 from gunicorn import util
 from gunicorn.workers.ggevent import GeventWorker
 
 from kssched import config
 
-Jobs = gevent.queue.Queue[Callable[[], object]]
-# The deadline of the connection the current greenlet serves.
-_deadline: ContextVar[gevent.Timeout | None] = ContextVar("deadline", default=None)
-
-
-class ReadTimeout(Exception):
-    """The request (or its TLS handshake) did not arrive within the read timeout."""
+# A request read whole: the WSGI call's arguments, and where its answer goes.
+Job = tuple[dict[str, Any], Any, "gevent.event.AsyncResult[list[bytes]]"]
+# The deadline of the connection this greenlet serves, raised as itself when due.
+_deadline: ContextVar[gevent.Timeout] = ContextVar("deadline")
+# Each connection greenlet's latest wait for a next request (one worker a process).
+_idle: weakref.WeakKeyDictionary[Any, gevent.Timeout] = weakref.WeakKeyDictionary()
 
 
 class DeadlineWorker(GeventWorker):  # type: ignore[misc]
     """gunicorn's gevent worker, reading each request within a deadline."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Each connection's greenlet and its latest wait for a next request.
-        self.idle: weakref.WeakKeyDictionary[Any, gevent.Timeout] = (
-            weakref.WeakKeyDictionary()
-        )
-
     def load_wsgi(self) -> None:
         super().load_wsgi()
-        from django.conf import settings
-
         self.listener_name: str = config.load().listener
         self.read_timeout: float = config.load().read_timeout
         # The largest body read before the application, which judges its size.
-        self.body_limit: int = max(
-            settings.KSSCHED_MAX_BODY_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0
-        )
+        uploads = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0
+        self.body_limit: int = max(settings.KSSCHED_MAX_BODY_BYTES, uploads)
         self.application: Callable[..., Iterable[bytes]] = vars(self)["wsgi"]
-        self.jobs: Jobs = gevent.queue.Queue()
+        self.jobs: gevent.queue.Queue[Job] = gevent.queue.Queue()
         for _ in range(self.cfg.threads):
             gevent.spawn(self.run_jobs)
         self.wsgi = self.read_then_call
 
     def run_jobs(self) -> None:
-        """The application greenlet: runs requests and closes answers in turn."""
+        """An application greenlet: runs requests in turn, closes answers once sent."""
         while True:
+            environ, start_response, answered = self.jobs.get()
             try:
-                self.jobs.get()()
-            except Exception:  # this greenlet must outlive any answer's close
-                self.log.exception("Error in the application greenlet")
-
-    def deadline(self) -> gevent.Timeout:
-        why = ReadTimeout(f"request not received within {self.read_timeout:g} s")
-        return gevent.Timeout.start_new(self.read_timeout, why)
+                answer = self.application(environ, start_response)
+                answered.set([b"".join(answer)])
+                gevent.sleep(0)
+                if hasattr(answer, "close"):
+                    answer.close()
+            except BaseException as exc:  # this greenlet outlives any answer
+                if answered.ready():
+                    self.log.exception("Error closing an answer")
+                else:  # raised in the connection's greenlet
+                    answered.set_exception(exc)
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
-        with self.deadline() as deadline:  # each greenlet has a context of its own
-            _deadline.set(deadline)
+        with gevent.Timeout.start_new(self.read_timeout) as deadline:
+            _deadline.set(deadline)  # each greenlet has a context of its own
             super().handle(listener, client, addr)
 
     @contextlib.contextmanager
     def timeout_ctx(self) -> Iterator[None]:
-        """The wait for a kept-alive connection's next request head: `keepalive`
-        seconds at most, none once the worker stops (the client reconnects); a
-        connection's first request has its deadline."""
-        first = (deadline := _deadline.get()) is not None and deadline.pending
+        """The wait for a kept-alive connection's next head: `keepalive` seconds, none
+        once the worker stops (the client reconnects); a first head has the deadline."""
+        first = _deadline.get().pending
         seconds = self.cfg.keepalive if self.alive or first else 0
         with gevent.Timeout(seconds, False) as wait:  # type: ignore[arg-type]
             if not first:
-                self.idle[gevent.getcurrent()] = wait
+                _idle[gevent.getcurrent()] = wait
             yield
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        """Stop: connections waiting for a next request are closed at once (the
-        wait is thrown from the hub, into greenlets still in it)."""
+        """Stop: connections waiting for a next request are closed at once."""
         super().handle_exit(sig, frame)
-        for greenlet, wait in list(self.idle.items()):
+        for greenlet, wait in list(_idle.items()):  # thrown in from the hub
             gevent.get_hub().loop.run_callback(_end_wait, greenlet, wait)
 
     def read_then_call(self, environ: dict[str, Any], start_response: Any) -> Any:
         """The application's answer, once the body is read within the deadline."""
-        if (deadline := _deadline.get()) is None or not deadline.pending:
-            _deadline.set(deadline := self.deadline())  # a kept-alive connection
+        if not (deadline := _deadline.get()).pending:  # a next request, kept alive
+            _deadline.set(deadline := gevent.Timeout.start_new(self.read_timeout))
         with deadline:
             stream = environ["wsgi.input"]
             body = stream.read(self.body_limit + 1)
             while len(body) > self.body_limit and stream.read(65536):
                 pass  # drained, so that the client reads its 413
         environ["wsgi.input"] = io.BytesIO(body)
-        answered: gevent.event.AsyncResult[_Sent] = gevent.event.AsyncResult()
-
-        def call() -> None:
-            try:
-                answer = self.application(environ, start_response)
-                answered.set(_Sent(answer, self.jobs))
-            except BaseException as exc:  # raised in the connection's greenlet
-                answered.set_exception(exc)
-
-        self.jobs.put(call)
+        answered: gevent.event.AsyncResult[list[bytes]] = gevent.event.AsyncResult()
+        self.jobs.put((environ, start_response, answered))
         return answered.get()
 
-    def handle_error(
-        self, req: Any, client: Any, addr: Any, exc: BaseException
-    ) -> None:
+    def handle_error(self, req: Any, sock: Any, addr: Any, exc: BaseException) -> None:
         from kssched import metrics  # no metric is made in the master
 
-        if (deadline := _deadline.get()) is not None:
-            deadline.close()
+        (deadline := _deadline.get()).close()
         path, extender = getattr(req, "path", None), self.listener_name == "extender"
-        if isinstance(exc, ReadTimeout) or (isinstance(exc, ssl.SSLError) and not req):
-            reason = "read_timeout" if isinstance(exc, ReadTimeout) else "tls_handshake"
+        if exc is deadline or (isinstance(exc, ssl.SSLError) and not req):
+            reason = "read_timeout" if exc is deadline else "tls_handshake"
             metrics.count_dropped_connection(self.listener_name, reason)
             if extender and reason == "read_timeout":
                 metrics.count_extender_error(path, "read_timeout")
-                _send(client, 408, "Request Timeout", str(exc))
+                why = f"request not received within {self.read_timeout:g} s"
+                _send(sock, 408, "Request Timeout", why)
             return
-        if not extender:
-            super().handle_error(req, client, addr, exc)
-            util.close_graceful(client)
-            return
-        # gunicorn's answer (its status line), sent as JSON.
-        captured = _Captured(client)
+        # gunicorn's answer; on the extender listener, its status line sent as JSON.
+        captured = _Captured(sock) if extender else sock
         super().handle_error(req, captured, addr, exc)
-        line = captured.data.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
-        status, reason = line[1:] if len(line) == 3 else ("500", "Server Error")
-        code = int(status) if status.isdigit() else 500
+        if not extender:
+            util.close_graceful(sock)
+            return
+        head = captured.getvalue().split(b"\r\n", 1)[0].decode("latin-1")
+        _, status, reason = (head or "HTTP/1.1 500 Server Error").split(" ", 2)
+        code = int(status)
         metrics.count_extender_error(path, "exception" if code >= 500 else code)
-        _send(client, code, reason, str(exc) if code < 500 else "")
+        _send(sock, code, reason, str(exc) if code < 500 else "")
 
 
 def _end_wait(greenlet: Any, wait: gevent.Timeout) -> None:
@@ -146,29 +127,17 @@ def _end_wait(greenlet: Any, wait: gevent.Timeout) -> None:
         greenlet.throw(wait)
 
 
-class _Sent(list[bytes]):
-    """An answer's body; once sent, the application greenlet closes the answer."""
-
-    def __init__(self, answer: Iterable[bytes], jobs: Jobs) -> None:
-        super().__init__([b"".join(answer)])
-        self.answer, self.jobs = answer, jobs
-
-    def close(self) -> None:
-        if hasattr(self.answer, "close"):
-            self.jobs.put(self.answer.close)
-
-
-class _Captured:
+class _Captured(io.BytesIO):
     """A client socket that keeps what gunicorn sends to it."""
 
     def __init__(self, client: Any) -> None:
-        self._client, self.data = client, b""
+        super().__init__()
+        self.client = client
 
-    def sendall(self, data: bytes) -> None:
-        self.data += data
+    sendall = io.BytesIO.write
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
+        return getattr(self.client, name)
 
 
 def _send(client: Any, status: int, reason: str, message: str) -> None:
