@@ -218,20 +218,24 @@ def database_env() -> dict[str, str]:
 
 @contextmanager
 def run_gunicorn(
-    extra_env: dict[str, str] | None = None, workers: int = 2, host: str = "127.0.0.1"
+    extra_env: dict[str, str] | None = None,
+    workers: int = 2,
+    host: str = "127.0.0.1",
+    app: str = "kssched.wsgi",
 ):
     """Run the real server with the shipped config on a free loopback port.
 
     One gunicorn: the web listener alone (which answers the extender routes too, to
     loopback callers). `host="0.0.0.0"` binds every address (the URL still names
-    127.0.0.1). Yields (base_url, process); stops it with SIGTERM and waits. Its
-    output goes to a log file in the test data directory, shown if it fails to start.
+    127.0.0.1); `app` is the WSGI application gunicorn loads. Yields (base_url,
+    process); stops it with SIGTERM and waits. Its output goes to a log file in the
+    test data directory, shown if it fails to start.
     """
     port = free_port()
     env = {**database_env(), **(extra_env or {})}
     env["KSSCHED_BIND"] = f"{host}:{port}"
     env["WEB_CONCURRENCY"] = str(workers)
-    command = ["-m", "gunicorn", "-c", "kssched/gunicorn_conf.py", "kssched.wsgi"]
+    command = ["-m", "gunicorn", "-c", "kssched/gunicorn_conf.py", app]
     with _running(command, env, [port], f"gunicorn-{port}") as process:
         yield f"http://127.0.0.1:{port}", process
 

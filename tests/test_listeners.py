@@ -341,6 +341,20 @@ def test_both_listeners_keep_a_connection_for_the_next_call_and_a_stop_closes_it
             assert is_closed_by_server(sock, 1)
 
 
+def test_an_answer_that_fails_to_close_is_logged_and_the_worker_serves_on():
+    """The application greenlet closes each answer after it is sent; an answer whose
+    close raises is logged, and the same greenlet (one per worker here) runs the
+    next requests. Were it to end, every later request would wait forever."""
+    with run_gunicorn(workers=1, app="tests.wsgi_close_fails") as (url, _process):
+        for _ in range(3):
+            status, body, _seconds = call(url, "GET", "/", timeout=5)
+            assert (status, body) == (200, b"answered")
+        log = log_path(f"gunicorn-{port_of(url)}").read_text()
+    assert log.count("Error closing an answer") == 3, log
+    assert "this answer cannot be closed" in log
+    assert log.count("Booting worker") == 1, log
+
+
 def test_a_kept_connection_waits_keepalive_then_reads_a_body_within_the_timeout():
     """After an answer the connection waits KSSCHED_KEEPALIVE seconds for the next
     request, then is closed; a next request whose body stalls is answered `408`
